@@ -1,0 +1,56 @@
+"""envhub: environments and rewards for reinforcement learning of LLM agents.
+
+``import envhub`` registers every installed env (built-in families and ``envhub.envs`` plugins)
+with envhub's registry and with Gymnasium as ``envhub/<Name>-v0``.
+"""
+
+__version__ = "0.1.0"
+
+from envhub.env import Budget, Env, Episode
+from envhub.errors import ContextOverflowError, EngineError, InfraError, ToolError
+from envhub.registry import EnvSpec, get_spec, list_envs, load_plugins, make, register
+from envhub.tools import tool
+from envhub.types import (
+    Action,
+    Message,
+    Observation,
+    Outcome,
+    OutcomeClass,
+    Task,
+    ToolCall,
+    ToolSpec,
+    TrajectoryRecord,
+    Turn,
+    Verdict,
+)
+
+load_plugins()
+
+__all__ = [
+    "Action",
+    "Budget",
+    "ContextOverflowError",
+    "EngineError",
+    "Env",
+    "EnvSpec",
+    "Episode",
+    "InfraError",
+    "Message",
+    "Observation",
+    "Outcome",
+    "OutcomeClass",
+    "Task",
+    "ToolCall",
+    "ToolError",
+    "ToolSpec",
+    "TrajectoryRecord",
+    "Turn",
+    "Verdict",
+    "__version__",
+    "get_spec",
+    "list_envs",
+    "load_plugins",
+    "make",
+    "register",
+    "tool",
+]

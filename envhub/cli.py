@@ -1,0 +1,266 @@
+"""The ``envhub`` command line. Each command is a thin shell over a library function."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="envhub: environments and rewards for agent RL")
+bench_app = typer.Typer(no_args_is_help=True, help="performance benchmarks")
+app.add_typer(bench_app, name="bench")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _parse_kv(pairs: list[str] | None) -> dict[str, Any]:
+    """``--env-arg key=value`` pairs; values are JSON when they parse, else strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise _fail(f"--env-arg expects key=value, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _spec(env_id: str) -> Any:
+    from envhub.registry import UnknownEnvError, get_spec
+
+    try:
+        return get_spec(env_id)
+    except UnknownEnvError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """Registered envs, their task counts per split, and what sandbox they need."""
+    from envhub.registry import list_envs
+
+    table = Table("env", "train", "validation", "test", "sandbox", "description")
+    for spec in list_envs():
+        counts = ["?", "?", "?"]
+        try:
+            env = spec.load()(**spec.kwargs)
+            counts = [str(len(env.tasks.task_ids(s))) for s in ("train", "validation", "test")]
+            env.close()
+        except Exception as exc:  # one broken env must not hide the others
+            counts = [f"error: {exc!r}"[:40], "", ""]
+        table.add_row(spec.env_id, *counts, spec.sandbox, spec.description)
+    console.print(table)
+
+
+@app.command()
+def rollout(
+    env_id: Annotated[str, typer.Argument(help="e.g. envhub/Computation-v0")],
+    out: Annotated[Path, typer.Option("--out", help="output directory (trajectories.jsonl, report.json)")],
+    policy: Annotated[str, typer.Option(help="gold | noop | random | hf:PATH | sglang:URL")] = "gold",
+    episodes: Annotated[int, typer.Option(help="total episodes (a multiple of --group-size)")] = 8,
+    group_size: Annotated[int, typer.Option(help="samples per task (GRPO group)")] = 1,
+    seed: int = 0,
+    concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 4,
+    split: str = "train",
+    sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | process")] = "auto",
+    env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
+    progress: bool = True,
+) -> None:
+    """Run episodes; resumable: rerunning with the same --out skips finished episodes."""
+    from envhub.policies import make_policy
+    from envhub.report import render_table
+    from envhub.rollout import run_rollouts
+
+    _spec(env_id)
+    try:
+        pol = make_policy(policy)
+    except (ValueError, ImportError) as exc:
+        raise _fail(str(exc)) from None
+    env_kwargs = {"sandbox": sandbox, **_parse_kv(env_arg)}
+    bar, task = None, None
+    if progress and episodes > 1:
+        from rich.progress import Progress
+
+        bar = Progress(console=err, transient=True)
+        task = bar.add_task("episodes", total=episodes)
+        bar.start()
+    try:
+        result = run_rollouts(
+            env_id, pol, out_dir=out, episodes=episodes, group_size=group_size, seed=seed,
+            concurrency=concurrency, split=split, env_kwargs=env_kwargs,
+            on_episode=(lambda _r: bar.advance(task)) if bar is not None and task is not None else None,
+        )
+    except (ValueError, PermissionError, TypeError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if bar is not None:
+            bar.stop()
+    console.print(render_table(result.report))
+    if result.skipped:
+        console.print(f"resumed: {result.skipped} episodes were already in {result.trajectories}")
+    console.print(f"wrote {result.trajectories} and {out / 'report.json'}")
+
+
+@app.command()
+def verify(
+    env_id: str,
+    tasks: Annotated[str | None, typer.Option(help="comma-separated task ids (default: a sample)")] = None,
+    split: str = "test",
+    limit: Annotated[int, typer.Option(help="tasks to sample when --tasks is not given; 0 = all")] = 20,
+    cases: Annotated[str | None, typer.Option(help="comma-separated case names")] = None,
+    jobs: int = 2,
+    submissions: Annotated[Path | None, typer.Option(help="JSONL of {task_id, submission} to grade")] = None,
+    out: Annotated[Path | None, typer.Option(help="write the JSON result here")] = None,
+    sandbox: str = "auto",
+    env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
+) -> None:
+    """Run the env's verifier suite (gold, noop, attacks) or grade external submissions."""
+    from envhub.registry import make
+    from envhub.store import write_json_atomic
+    from envhub.verifiers.suite import grade_submissions, run_suite
+
+    _spec(env_id)
+    kwargs = {"split": split, "sandbox": sandbox, **_parse_kv(env_arg)}
+
+    def factory() -> Any:
+        return make(env_id, **kwargs)
+
+    if submissions is not None:
+        rows = _read_submissions(submissions)
+        graded = grade_submissions(factory, rows, jobs=jobs)
+        text = "".join(json.dumps(g) + "\n" for g in graded)
+        if out:
+            out.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return
+    env = factory()
+    ids = tasks.split(",") if tasks else list(env.tasks.task_ids(split))
+    env.close()
+    if not tasks and limit:
+        ids = _stratified_sample(ids, limit)
+    try:
+        report = run_suite(factory, ids, cases=cases.split(",") if cases else None, jobs=jobs)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    table = Table("case", "expect", "tasks", "as expected", "rate", title=f"verifier suite: {env_id}")
+    for name, row in report.by_case().items():
+        style = "red" if row["violations"] else "green"
+        table.add_row(name, row["expect"], str(row["tasks"]), str(row["as_expected"]),
+                      f"[{style}]{row['rate']:.3f}[/]")
+    console.print(table)
+    if out:
+        write_json_atomic(out, report.to_json())
+    if report.violations:
+        for name, row in report.by_case().items():
+            for v in row["violations"][:3]:
+                err.print(f"[red]violation[/] {name} on {v['task_id']}: {v['outcome']}: {v['detail'][:200]}")
+        raise typer.Exit(1)
+
+
+def _stratified_sample(ids: list[str], limit: int) -> list[str]:
+    """Evenly spaced ids: deterministic, and it covers every kind of a sorted id list."""
+    if len(ids) <= limit:
+        return ids
+    ordered = sorted(ids)
+    step = len(ordered) / limit
+    return [ordered[int(i * step)] for i in range(limit)]
+
+
+def _read_submissions(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _fail(f"{path}:{n}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise _fail(f"{path}:{n}: each line must be a JSON object")
+        rows.append(row)
+    return rows
+
+
+@bench_app.command("env-step")
+def bench_env_step(
+    episodes: int = 200,
+    env_id: str = "envhub/Computation-v0",
+) -> None:
+    """In-process step latency (p50/p99) and episodes per second under the gold policy."""
+    from envhub.bench import bench_env_step as run
+
+    run(env_id=env_id, episodes=episodes, out=console.print)
+
+
+#: Benchmarks that live beside the code they measure: name -> "module:function(out=...) -> dict".
+BENCHES = {
+    "sandbox": "envhub.sandboxes.bench:run_bench",
+}
+
+
+def _bench_command(name: str, target: str) -> None:
+    def command() -> None:
+        import importlib
+
+        module, _, func = target.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), func)
+        except ImportError as exc:
+            raise _fail(f"the {name} benchmark needs an optional dependency: {exc}") from None
+        fn(out=console.print)
+
+    command.__doc__ = f"The {name} benchmark ({target})."
+    bench_app.command(name)(command)
+
+
+for _name, _target in BENCHES.items():
+    _bench_command(_name, _target)
+
+
+#: Command groups and commands that live beside the code they drive: (module, attribute, name).
+SUBCOMMANDS = [
+    ("envhub.sandboxes.cli", "app", "sandbox"),
+]
+
+
+def _mount_optional() -> None:
+    """Mount sub-command apps; one whose optional dependencies are missing is left out."""
+    import importlib
+
+    for module, attr, name in SUBCOMMANDS:
+        try:
+            sub = getattr(importlib.import_module(module), attr)
+        except ImportError:
+            continue
+        if isinstance(sub, typer.Typer):
+            app.add_typer(sub, name=name)
+        else:
+            app.command(name)(sub)
+
+
+_mount_optional()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

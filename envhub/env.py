@@ -1,0 +1,462 @@
+"""The env base class for multi-turn, tool-using text environments.
+
+A task family subclasses :class:`Env` and supplies four things: where tasks come from
+(``load_tasks``), the tools (methods marked with :func:`envhub.tools.tool`), the verifier
+(``make_verifier``) and a scripted gold solution (``gold_actions``). Everything an episode needs
+beyond that -- parsing the model's text, validating arguments, budgets, outcomes, timings -- lives
+here once, so no family re-implements it.
+
+``step`` never raises for anything the model wrote. It raises only for caller errors (stepping a
+finished episode), and turns infrastructure faults into the ``env_error`` outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from envhub.errors import EpisodeFinishedError, InfraError, ToolError
+from envhub.parsing import PARSERS, ToolCallParser
+from envhub.tools import ToolArgumentError, ToolDef, collect_tools
+from envhub.types import (
+    Action,
+    EpisodeMetrics,
+    Message,
+    Observation,
+    Outcome,
+    Task,
+    ToolCall,
+    ToolSpec,
+    Turn,
+    Verdict,
+)
+
+if TYPE_CHECKING:
+    from envhub.sandboxes.base import Sandbox, SandboxSpec
+    from envhub.verifiers.suite import SuiteCase
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits per episode. Exceeding turns, tool calls or seconds ends it as ``budget_exhausted``;
+    more than ``max_format_errors`` unparseable or invalid actions end it as ``format_error``.
+    """
+
+    max_turns: int = 8
+    max_tool_calls: int = 16
+    max_agent_seconds: float = 600.0
+    max_format_errors: int = 2
+    max_action_chars: int = 32_768
+    max_observation_chars: int = 8_192
+
+
+class TaskSource(Protocol):
+    """Where a family's tasks come from. Ids are stable; splits never share a task."""
+
+    name: str
+    version: str
+
+    def task_ids(self, split: str) -> Sequence[str]: ...
+
+    def get(self, task_id: str) -> Task: ...
+
+
+class Verifier(Protocol):
+    def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict: ...
+
+
+@dataclass
+class Episode:
+    """The mutable state of one running episode."""
+
+    task: Task
+    tools: list[ToolSpec]
+    messages: list[Message] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    tool_calls: int = 0
+    format_errors: int = 0
+    started: float = field(default_factory=time.monotonic)
+    done: bool = False
+    verdict: Verdict | None = None
+    submission: dict[str, Any] | None = None
+    sandbox: Sandbox | None = None
+    metrics: EpisodeMetrics = field(default_factory=EpisodeMetrics)
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self.verdict.outcome if self.verdict else None
+
+
+class Env:
+    """Base class of every envhub environment. See the module docstring."""
+
+    env_id: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    version: ClassVar[str] = "0"
+    default_budget: ClassVar[Budget] = Budget()
+    #: What the family's tools need from a sandbox; None when no tool runs code.
+    sandbox_spec: ClassVar[SandboxSpec | None] = None
+
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        budget: Budget | dict[str, Any] | None = None,
+        parser: str | ToolCallParser = "default",
+        sandbox: str = "auto",
+    ) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+        self.split = split
+        if isinstance(budget, dict):
+            budget = replace(self.default_budget, **budget)
+        self.budget: Budget = budget or self.default_budget
+        self.parser: ToolCallParser = PARSERS[parser]() if isinstance(parser, str) else parser
+        self.sandbox_backend = sandbox
+        self._tools: dict[str, ToolDef] = collect_tools(type(self))
+        self._tasks: TaskSource | None = None
+        self._verifier: Verifier | None = None
+        self._rng = random.Random()
+        self.episode: Episode | None = None
+        self._initial: Observation | None = None
+
+    # ---- hooks for task families -------------------------------------------------------------
+
+    def load_tasks(self) -> TaskSource:
+        raise NotImplementedError
+
+    def make_verifier(self) -> Verifier:
+        raise NotImplementedError
+
+    def system_prompt(self, task: Task) -> str:
+        return (
+            "You are an agent that solves tasks by calling tools. Call a tool by writing "
+            '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>. '
+            "When you are done, call the tool that submits your result."
+        )
+
+    def gold_actions(self, task: Task) -> list[Action]:
+        """The scripted reference solution, as the actions a perfect agent would take."""
+        raise NotImplementedError
+
+    def setup_episode(self, episode: Episode) -> None:
+        """Prepare per-episode resources (files in the sandbox, ...). Runs at reset."""
+
+    def adversarial_cases(self) -> list[SuiteCase]:
+        """Reward hacks this family's verifier must reject (see ``envhub verify``)."""
+        return []
+
+    def submission_actions(self, task: Task, submission: Any) -> list[Action]:
+        """Turn a submission made elsewhere (``envhub verify --submissions``) into actions."""
+        if not isinstance(submission, str):
+            raise ValueError(f"a {self.family} submission is an answer string")
+        return [Action(tool_calls=[ToolCall(name=self.terminal_tool, arguments={"answer": submission})])]
+
+    # ---- public API --------------------------------------------------------------------------
+
+    @property
+    def terminal_tool(self) -> str:
+        """The name of the tool that ends the episode (``answer`` or ``submit``)."""
+        return next(t.name for t in self._tools.values() if t.terminal)
+
+    def suite_cases(self) -> list[SuiteCase]:
+        from envhub.verifiers.suite import universal_cases
+
+        return universal_cases() + self.adversarial_cases()
+
+    def initial_observation(self) -> Observation:
+        """The observation ``reset`` returned for the running episode."""
+        if self._initial is None:
+            raise EpisodeFinishedError("no episode has been started: call reset() first")
+        return self._initial
+
+    def play(self, task_id: str, script: Callable[[Task], list[Action]]) -> Verdict:
+        """Run one episode of ``task_id`` with scripted actions; returns its verdict."""
+        obs = self.reset(task_id=task_id)
+        episode = self._require_episode()
+        for action in script(episode.task):
+            if obs.done:
+                break
+            obs = self.step(action)
+        if not episode.done:
+            self.abort(Outcome.FORMAT_ERROR, "the script ended without submitting")
+        assert episode.verdict is not None
+        return episode.verdict
+
+    @property
+    def tasks(self) -> TaskSource:
+        if self._tasks is None:
+            self._tasks = self.load_tasks()
+        return self._tasks
+
+    @property
+    def verifier(self) -> Verifier:
+        if self._verifier is None:
+            self._verifier = self.make_verifier()
+        return self._verifier
+
+    @property
+    def tool_specs(self) -> list[ToolSpec]:
+        return [t.spec for t in self._tools.values()]
+
+    def reset(
+        self, *, seed: int | None = None, task_id: str | None = None, options: dict[str, Any] | None = None
+    ) -> Observation:
+        """Start an episode. ``task_id`` picks a task; otherwise ``seed`` picks one of the split."""
+        self._finish_resources()
+        options = dict(options or {})
+        task_id = task_id or options.pop("task_id", None)
+        if seed is not None:
+            self._rng.seed(seed)
+        if task_id is None:
+            ids = self.tasks.task_ids(self.split)
+            if not ids:
+                raise ValueError(f"{self.env_id} has no tasks in split {self.split!r}")
+            task_id = ids[self._rng.randrange(len(ids))]
+        task = self.tasks.get(task_id)
+        episode = Episode(task=task, tools=self.tool_specs)
+        episode.messages = [
+            Message(role="system", content=self.system_prompt(task)),
+            Message(role="user", content=task.prompt),
+        ]
+        self.episode = episode
+        try:
+            self.setup_episode(episode)
+        except Exception as exc:  # the sandbox would not come up: not the agent's doing
+            self._finish(Outcome.ENV_ERROR, f"episode setup failed: {exc!r}\n{traceback.format_exc()}")
+        self._initial = Observation(
+            messages=list(episode.messages),
+            tools=episode.tools,
+            done=episode.done,
+            outcome=episode.outcome,
+            verdict=episode.verdict,
+            info={"task_id": task.task_id, "split": task.split, "difficulty": task.difficulty},
+        )
+        return self._initial
+
+    def step(self, action: str | Action | dict[str, Any]) -> Observation:
+        """Apply one policy turn; returns only the new messages (tool results or errors)."""
+        episode = self.episode
+        if episode is None or episode.done:
+            raise EpisodeFinishedError("no episode is running: call reset() first")
+        action = _coerce_action(action)
+        t0 = time.monotonic()
+        turn = Turn(index=len(episode.turns), action_text=action.text)
+        episode.turns.append(turn)
+        episode.messages.append(
+            Message(role="assistant", content=action.text, tool_calls=action.tool_calls or None)
+        )
+        new: list[Message] = []
+        try:
+            new = self._apply(episode, turn, action)
+        except InfraError as exc:
+            self._finish(Outcome.ENV_ERROR, f"{exc}")
+        except Exception as exc:
+            self._finish(Outcome.ENV_ERROR, f"{exc!r}\n{traceback.format_exc()}")
+        if not episode.done:
+            self._check_budgets(episode)
+        turn.observation = new
+        episode.messages.extend(new)
+        turn.timings["env_s"] = time.monotonic() - t0
+        return self._observation(new)
+
+    def abort(self, outcome: Outcome, detail: str) -> Observation:
+        """End the running episode from outside (engine failure, context overflow, ...)."""
+        if self.episode is not None and not self.episode.done:
+            self._finish(outcome, detail)
+        return self._observation([])
+
+    def close(self) -> None:
+        self._finish_resources()
+        self.episode = None
+
+    def __enter__(self) -> Env:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- sandbox -----------------------------------------------------------------------------
+
+    def sandbox(self) -> Sandbox:
+        """The episode's sandbox, started on first use and closed when the episode ends."""
+        episode = self._require_episode()
+        if episode.sandbox is None:
+            from envhub.sandboxes import create_sandbox  # core must not import sandboxes eagerly
+
+            t0 = time.monotonic()
+            try:
+                episode.sandbox = create_sandbox(self.sandbox_backend, self.sandbox_spec)
+            except Exception as exc:
+                raise InfraError(f"could not start a sandbox: {exc}") from exc
+            episode.metrics.sandbox_seconds += time.monotonic() - t0
+        return episode.sandbox
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _require_episode(self) -> Episode:
+        if self.episode is None:
+            raise EpisodeFinishedError("no episode is running: call reset() first")
+        return self.episode
+
+    def _apply(self, episode: Episode, turn: Turn, action: Action) -> list[Message]:
+        if len(action.text) > self.budget.max_action_chars:
+            return self._format_error(
+                episode,
+                turn,
+                f"your message is {len(action.text)} characters long; the limit is "
+                f"{self.budget.max_action_chars}",
+            )
+        if action.tool_calls is not None:
+            calls = action.tool_calls
+        else:
+            parsed = self.parser.parse(action.text)
+            if parsed.error:
+                return self._format_error(episode, turn, parsed.error)
+            calls = parsed.calls
+        if not calls:
+            return self._format_error(episode, turn, "no tool call found")
+        turn.tool_calls = calls
+        replies: list[Message] = []
+        for call in calls:
+            if episode.tool_calls >= self.budget.max_tool_calls:
+                self._finish(Outcome.BUDGET_EXHAUSTED, f"tool call budget ({self.budget.max_tool_calls}) used up")
+                break
+            episode.tool_calls += 1
+            reply = self._call_tool(episode, turn, call)
+            if reply is not None:
+                replies.append(reply)
+            if episode.done:
+                break
+        return replies
+
+    def _call_tool(self, episode: Episode, turn: Turn, call: ToolCall) -> Message | None:
+        tdef = self._tools.get(call.name)
+        if tdef is None:
+            known = ", ".join(self._tools)
+            return self._tool_error(episode, turn, call, f"unknown tool `{call.name}`; available: {known}")
+        try:
+            args = tdef.validate(call.arguments)
+        except ToolArgumentError as exc:
+            return self._tool_error(episode, turn, call, str(exc))
+        if tdef.terminal:
+            episode.submission = {"tool": call.name, **args}
+            self._grade(episode)
+            return None
+        t0 = time.monotonic()
+        try:
+            result = str(tdef.fn(self, **args))
+        except ToolError as exc:
+            result = f"Error: {exc}"
+        finally:
+            episode.metrics.sandbox_seconds += time.monotonic() - t0
+        return Message(role="tool", name=call.name, tool_call_id=call.id, content=self._clip(result))
+
+    def _grade(self, episode: Episode) -> None:
+        t0 = time.monotonic()
+        try:
+            verdict = self.verifier.verify(episode.task, episode.submission or {}, episode)
+        except InfraError as exc:
+            verdict = Verdict(reward=0.0, outcome=Outcome.ENV_ERROR, detail=str(exc))
+        except Exception as exc:
+            verdict = Verdict(
+                reward=0.0, outcome=Outcome.VERIFIER_ERROR, detail=f"{exc!r}\n{traceback.format_exc()}"
+            )
+        episode.metrics.verifier_seconds += time.monotonic() - t0
+        self._finish(verdict.outcome, verdict.detail, verdict)
+
+    def _format_error(self, episode: Episode, turn: Turn, reason: str) -> list[Message]:
+        episode.format_errors += 1
+        turn.parse_error = reason
+        left = self.budget.max_format_errors - episode.format_errors
+        if left < 0:
+            self._finish(Outcome.FORMAT_ERROR, f"too many invalid actions; last: {reason}")
+            return []
+        return [Message(role="user", content=f"Format error: {reason}. ({left} retries left)")]
+
+    def _tool_error(self, episode: Episode, turn: Turn, call: ToolCall, reason: str) -> Message | None:
+        episode.format_errors += 1
+        turn.parse_error = reason
+        left = self.budget.max_format_errors - episode.format_errors
+        if left < 0:
+            self._finish(Outcome.FORMAT_ERROR, f"too many invalid tool calls; last: {reason}")
+            return None
+        return Message(
+            role="tool", name=call.name, tool_call_id=call.id, content=f"Error: {reason}. ({left} retries left)"
+        )
+
+    def _check_budgets(self, episode: Episode) -> None:
+        elapsed = time.monotonic() - episode.started
+        if elapsed > self.budget.max_agent_seconds:
+            self._finish(Outcome.BUDGET_EXHAUSTED, f"agent time budget ({self.budget.max_agent_seconds}s) used up")
+        elif len(episode.turns) >= self.budget.max_turns:
+            self._finish(Outcome.BUDGET_EXHAUSTED, f"turn budget ({self.budget.max_turns}) used up")
+
+    def _finish(self, outcome: Outcome, detail: str, verdict: Verdict | None = None) -> None:
+        episode = self._require_episode()
+        episode.verdict = verdict or Verdict(reward=0.0, outcome=outcome, detail=detail)
+        episode.done = True
+        episode.metrics.tool_calls = episode.tool_calls
+        episode.metrics.format_errors = episode.format_errors
+        episode.metrics.wall_seconds = time.monotonic() - episode.started
+        self._release_sandbox(episode)
+
+    def _observation(self, new: list[Message]) -> Observation:
+        episode = self._require_episode()
+        verdict = episode.verdict
+        return Observation(
+            messages=new,
+            done=episode.done,
+            truncated=bool(verdict and verdict.outcome.is_truncation),
+            reward=verdict.reward if verdict else 0.0,
+            outcome=verdict.outcome if verdict else None,
+            verdict=verdict,
+            info={"task_id": episode.task.task_id, "turn": len(episode.turns)},
+        )
+
+    def _clip(self, text: str) -> str:
+        limit = self.budget.max_observation_chars
+        if len(text) <= limit:
+            return text
+        return text[:limit] + f"\n[... {len(text) - limit} more characters cut ...]"
+
+    def _release_sandbox(self, episode: Episode) -> None:
+        if episode.sandbox is not None:
+            sandbox, episode.sandbox = episode.sandbox, None
+            with contextlib.suppress(Exception):  # best effort; `envhub sandbox prune` removes leftovers
+                sandbox.close()
+
+    def _finish_resources(self) -> None:
+        if self.episode is not None:
+            self._release_sandbox(self.episode)
+
+
+def _coerce_action(action: str | Action | dict[str, Any]) -> Action:
+    if isinstance(action, Action):
+        text = action.text
+    elif isinstance(action, str):
+        text, action = action, Action(text=action)
+    elif isinstance(action, dict):
+        action = Action.model_validate(action)
+        text = action.text
+    else:
+        raise TypeError(f"an action is text, an Action or a dict, not {type(action).__name__}")
+    clean = sanitize_text(text)
+    return action if clean == text else action.model_copy(update={"text": clean})
+
+
+def sanitize_text(text: str) -> str:
+    """Replace lone surrogates (undecodable bytes) so the text can be stored as UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")

@@ -1,0 +1,120 @@
+"""Tool-call parsers: from the model's raw sampled text to structured calls.
+
+Parsing works on the text exactly as sampled, so what is recorded and what was executed are the
+same thing. A parser never raises on model output: it returns calls, or an error message written
+for the model to read and correct itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from envhub.types import ToolCall
+
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+@dataclass
+class ParseResult:
+    calls: list[ToolCall] = field(default_factory=list)
+    error: str | None = None
+
+
+class ToolCallParser(Protocol):
+    def parse(self, text: str) -> ParseResult: ...
+
+
+def _call_from_obj(obj: Any) -> ToolCall:
+    if not isinstance(obj, dict):
+        raise ValueError(f"a tool call must be a JSON object, got {type(obj).__name__}")
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError('a tool call needs a string "name"')
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f'"arguments" of `{name}` is a string that is not JSON: {exc.msg}') from None
+    if not isinstance(args, dict):
+        raise ValueError(f'"arguments" of `{name}` must be a JSON object, got {type(args).__name__}')
+    unknown = set(obj) - {"name", "arguments", "parameters", "id"}
+    if unknown:
+        raise ValueError(f"unexpected keys in tool call: {sorted(unknown)}")
+    call_id = obj.get("id")
+    return ToolCall(name=name, arguments=args, id=call_id if isinstance(call_id, str) else None)
+
+
+def _loads(blob: str) -> Any:
+    try:
+        return json.loads(blob)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON ({exc.msg} at position {exc.pos})") from None
+
+
+class HermesParser:
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (Hermes, Qwen2.5)."""
+
+    def parse(self, text: str) -> ParseResult:
+        blocks = _HERMES.findall(text)
+        if not blocks:
+            return ParseResult(error="no <tool_call> block found")
+        calls = []
+        for blob in blocks:
+            try:
+                calls.append(_call_from_obj(_loads(blob)))
+            except ValueError as exc:
+                return ParseResult(error=f"malformed tool call: {exc}")
+        return ParseResult(calls=calls)
+
+
+class JsonParser:
+    """The whole action is a JSON tool call (or a list of them), optionally in a code fence."""
+
+    def parse(self, text: str) -> ParseResult:
+        blob = text.strip()
+        fenced = _FENCE.match(blob)
+        if fenced:
+            blob = fenced.group(1)
+        if not blob.startswith(("{", "[")):
+            return ParseResult(error="no JSON tool call found")
+        try:
+            obj = _loads(blob)
+            items = obj if isinstance(obj, list) else [obj]
+            return ParseResult(calls=[_call_from_obj(o) for o in items])
+        except ValueError as exc:
+            return ParseResult(error=f"malformed tool call: {exc}")
+
+
+class DefaultParser:
+    """Hermes blocks when the text has any, else a plain JSON object."""
+
+    def __init__(self) -> None:
+        self.hermes = HermesParser()
+        self.json = JsonParser()
+
+    def parse(self, text: str) -> ParseResult:
+        if "<tool_call>" in text:
+            return self.hermes.parse(text)
+        result = self.json.parse(text)
+        if result.error == "no JSON tool call found":
+            result.error = (
+                'no tool call found. Call a tool as <tool_call>{"name": "...", "arguments": {...}}</tool_call>'
+            )
+        return result
+
+
+PARSERS: dict[str, type[ToolCallParser]] = {
+    "default": DefaultParser,
+    "hermes": HermesParser,
+    "json": JsonParser,
+}
+
+
+def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """The Hermes text form of a call, as a scripted policy (or a test) would write it."""
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"

@@ -1,0 +1,178 @@
+"""Policies: what acts in an episode. Scripted ones here; model engines plug in the same way.
+
+A :class:`Policy` is shared by a whole run and is thread-safe; ``start`` gives an :class:`Agent`
+for one episode, which holds that episode's state (for a model: the token record). The rollout
+runner only ever talks to these two protocols.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from envhub.env import Env
+from envhub.parsing import format_tool_call
+from envhub.types import Observation, TokenView, ToolSpec
+
+
+@dataclass
+class PolicyOutput:
+    """One turn of a policy: the text it produced and, for a model, its exact samples."""
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    weight_version: str | None = None
+
+
+class Agent(Protocol):
+    def act(self, observation: Observation) -> PolicyOutput:
+        """Produce the next turn, given the env's newest observation (its new messages only)."""
+        ...
+
+    def token_view(self) -> TokenView | None:
+        """The masked token record of the episode so far (None for policies without tokens)."""
+        ...
+
+    def observation_ids(self) -> list[list[int]]:
+        """Per turn, the token ids appended for the env's reply (empty for scripted policies)."""
+        ...
+
+
+class Policy(Protocol):
+    name: str
+
+    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Versions and sampling parameters for the trajectory record."""
+        ...
+
+
+class _ScriptedAgent:
+    def __init__(self, turns: list[str]):
+        self._turns = list(turns)
+
+    def act(self, observation: Observation) -> PolicyOutput:
+        text = self._turns.pop(0) if self._turns else format_tool_call("answer", {"answer": ""})
+        return PolicyOutput(text=text, finish_reason="scripted")
+
+    def token_view(self) -> TokenView | None:
+        return None
+
+    def observation_ids(self) -> list[list[int]]:
+        return []
+
+
+class GoldPolicy:
+    """Replays the family's reference solution: the upper bound every verifier must accept."""
+
+    name = "gold"
+
+    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
+        assert env.episode is not None
+        return _ScriptedAgent([a.text for a in env.gold_actions(env.episode.task)])
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": "scripted:gold", "sampling_params": {}}
+
+
+class NoopPolicy:
+    """Submits nothing useful right away: the floor every verifier must reject."""
+
+    name = "noop"
+
+    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
+        terminal = _terminal_tool(observation.tools)
+        return _ScriptedAgent([format_tool_call(terminal.name, _empty_args(terminal))])
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": "scripted:noop", "sampling_params": {}}
+
+
+class RandomPolicy:
+    """Random tool calls with random (often invalid) arguments and random garbage text.
+
+    It exercises every error path of an env -- unknown tools, wrong types, malformed JSON -- and
+    must never produce an infrastructure failure.
+    """
+
+    name = "random"
+
+    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
+        return _RandomAgent(observation.tools, random.Random(seed))
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": "scripted:random", "sampling_params": {}}
+
+
+class _RandomAgent(_ScriptedAgent):
+    def __init__(self, tools: list[ToolSpec], rng: random.Random):
+        super().__init__([])
+        self.tools, self.rng = tools, rng
+
+    def act(self, observation: Observation) -> PolicyOutput:
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.15:
+            text = "".join(rng.choice(string.printable) for _ in range(rng.randint(0, 80)))
+        elif roll < 0.25:
+            text = "<tool_call>{" + "".join(rng.choice('"{}:, ab1') for _ in range(rng.randint(1, 30)))
+        else:
+            spec = rng.choice(self.tools)
+            if rng.random() < 0.1:
+                spec = spec.model_copy(update={"name": spec.name + "_x"})
+            args = {k: _random_value(rng, v) for k, v in spec.parameters.get("properties", {}).items()}
+            text = format_tool_call(spec.name, args)
+        return PolicyOutput(text=text, finish_reason="scripted")
+
+
+def _random_value(rng: random.Random, schema: dict[str, Any]) -> Any:
+    kind = schema.get("type") if rng.random() < 0.8 else rng.choice(["string", "integer", "array", "null"])
+    if kind == "string":
+        return "".join(rng.choice(string.ascii_letters + string.digits + " ./") for _ in range(rng.randint(0, 20)))
+    if kind == "integer":
+        return rng.randint(-5, 50)
+    if kind == "number":
+        return rng.uniform(-10, 10)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [rng.randint(0, 9) for _ in range(rng.randint(0, 3))]
+    return None
+
+
+def _terminal_tool(tools: list[ToolSpec]) -> ToolSpec:
+    for name in ("answer", "submit"):
+        for spec in tools:
+            if spec.name == name:
+                return spec
+    raise ValueError("the env exposes no `answer` or `submit` tool")
+
+
+def _empty_args(spec: ToolSpec) -> dict[str, Any]:
+    props = spec.parameters.get("properties", {})
+    required = spec.parameters.get("required", [])
+    return {k: "" if props[k].get("type") == "string" else None for k in required}
+
+
+_SCRIPTED: dict[str, Callable[[], Policy]] = {"gold": GoldPolicy, "noop": NoopPolicy, "random": RandomPolicy}
+
+
+def make_policy(spec: str, **options: Any) -> Policy:
+    """``gold`` | ``noop`` | ``random`` | ``hf:PATH`` | ``sglang:URL``."""
+    if spec in _SCRIPTED:
+        return _SCRIPTED[spec]()
+    prefix, _, target = spec.partition(":")
+    if prefix in ("hf", "sglang") and target:
+        from envhub.trainer.model_policy import make_model_policy  # needs the train extra
+
+        return make_model_policy(prefix, target, **options)
+    raise ValueError(
+        f"unknown policy {spec!r}; use gold, noop, random, hf:PATH or sglang:URL"
+    )
+

@@ -1,0 +1,237 @@
+"""The rollout runner: plan episodes, run them concurrently, record trajectories, report.
+
+Episode ids are derived from (env, seed, group, task, sample), so a rerun with the same
+arguments plans the same ids and skips every episode already on disk. An exception inside one
+episode becomes that episode's ``env_error`` record, with the traceback; it never stops the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import envhub
+from envhub.env import Env
+from envhub.errors import ContextOverflowError, EngineError
+from envhub.policies import Policy
+from envhub.registry import make
+from envhub.report import summarize
+from envhub.store import JsonlStore, read_jsonl, write_json_atomic
+from envhub.types import Observation, Outcome, TrajectoryRecord, Turn, Verdict, Versions
+
+
+@dataclass(frozen=True)
+class EpisodePlan:
+    episode_id: str
+    group_id: str
+    task_id: str
+    sample_index: int
+    seed: int
+
+
+def plan_episodes(
+    env_id: str, task_ids: Sequence[str], *, episodes: int, group_size: int = 1, seed: int = 0
+) -> list[EpisodePlan]:
+    """``episodes`` in groups of ``group_size`` samples of one task (GRPO's groups)."""
+    if episodes < 1 or group_size < 1:
+        raise ValueError("--episodes and --group-size must be positive")
+    if episodes % group_size:
+        raise ValueError(f"--episodes ({episodes}) must be a multiple of --group-size ({group_size})")
+    if not task_ids:
+        raise ValueError(f"{env_id} has no tasks in this split")
+    rng = random.Random(f"{env_id}/{seed}")
+    order: list[str] = []
+    while len(order) < episodes // group_size:
+        batch = list(task_ids)
+        rng.shuffle(batch)
+        order.extend(batch)
+    plans = []
+    for g, task_id in enumerate(order[: episodes // group_size]):
+        group_id = hashlib.sha1(f"{env_id}|{seed}|{g}|{task_id}".encode()).hexdigest()[:16]
+        for k in range(group_size):
+            ep_seed = int(hashlib.sha1(f"{group_id}|{k}".encode()).hexdigest()[:8], 16)
+            plans.append(EpisodePlan(f"{group_id}-{k}", group_id, task_id, k, ep_seed))
+    return plans
+
+
+def run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[str, Any]) -> TrajectoryRecord:
+    """One episode, start to verdict. Never raises: failures become infra outcomes."""
+    t0 = time.monotonic()
+    agent = None
+    obs: Observation | None = None
+    outputs: list[Any] = []
+    try:
+        obs = env.reset(seed=plan.seed, task_id=plan.task_id)
+        agent = policy.start(env, obs, seed=plan.seed)
+        while not obs.done:
+            try:
+                ta = time.monotonic()
+                out = agent.act(obs)
+                agent_s = time.monotonic() - ta
+            except EngineError as exc:
+                obs = env.abort(Outcome.ENGINE_ERROR, f"{exc}")
+                break
+            except ContextOverflowError as exc:
+                obs = env.abort(Outcome.CONTEXT_OVERFLOW, f"{exc}")
+                break
+            outputs.append((out, agent_s))
+            obs = env.step(out.text)
+    except Exception as exc:
+        detail = f"{exc!r}\n{traceback.format_exc()}"
+        if env.episode is not None and env.episode.task.task_id == plan.task_id and not env.episode.done:
+            env.abort(Outcome.ENV_ERROR, detail)
+        else:
+            return _failed_record(env, plan, policy_info, detail, time.monotonic() - t0)
+    return _record(env, plan, policy_info, agent, outputs, time.monotonic() - t0)
+
+
+def _record(env: Env, plan: EpisodePlan, policy_info: dict[str, Any], agent: Any,
+            outputs: list[Any], wall: float) -> TrajectoryRecord:
+    episode = env.episode
+    assert episode is not None and episode.verdict is not None
+    turns: list[Turn] = []
+    obs_ids = agent.observation_ids() if agent is not None else []
+    for i, turn in enumerate(episode.turns):
+        if i < len(outputs):
+            out, agent_s = outputs[i]
+            turn = turn.model_copy(update={
+                "token_ids": out.token_ids, "logprobs": out.logprobs, "finish_reason": out.finish_reason,
+                "weight_version": out.weight_version, "timings": {**turn.timings, "agent_s": agent_s},
+                "observation_ids": obs_ids[i] if i < len(obs_ids) else [],
+            })
+        turns.append(turn)
+    view = agent.token_view() if agent is not None else None
+    metrics = episode.metrics.model_copy(update={"wall_seconds": wall})
+    metrics.agent_seconds = sum(t.timings.get("agent_s", 0.0) for t in turns)
+    if view is not None:
+        metrics.prompt_tokens = len(view.prompt_ids)
+        metrics.response_tokens = len(view.response_ids)
+        metrics.sampled_tokens = sum(view.response_mask)
+    verdict = episode.verdict
+    return TrajectoryRecord(
+        episode_id=plan.episode_id, task_id=plan.task_id, env_id=env.env_id, group_id=plan.group_id,
+        sample_index=plan.sample_index, split=episode.task.split, policy=policy_info.get("policy", ""),
+        versions=_versions(env, policy_info, [t.weight_version for t in turns]),
+        sampling_params=policy_info.get("sampling_params", {}),
+        messages=episode.messages, tools=episode.tools, turns=turns,
+        prompt_ids=view.prompt_ids if view else [], response_ids=view.response_ids if view else [],
+        response_mask=view.response_mask if view else [],
+        response_logprobs=view.response_logprobs if view else [],
+        num_turns=len(turns), reward=verdict.reward, verdict=verdict, outcome=verdict.outcome,
+        outcome_detail=verdict.detail, metrics=metrics,
+    )
+
+
+def _failed_record(env: Env, plan: EpisodePlan, policy_info: dict[str, Any], detail: str,
+                   wall: float) -> TrajectoryRecord:
+    record = TrajectoryRecord(
+        episode_id=plan.episode_id, task_id=plan.task_id, env_id=env.env_id, group_id=plan.group_id,
+        sample_index=plan.sample_index, policy=policy_info.get("policy", ""),
+        versions=_versions(env, policy_info, []), outcome=Outcome.ENV_ERROR,
+        verdict=Verdict(reward=0.0, outcome=Outcome.ENV_ERROR, detail=detail), outcome_detail=detail,
+    )
+    record.metrics.wall_seconds = wall
+    return record
+
+
+def _versions(env: Env, policy_info: dict[str, Any], weight_versions: list[str | None]) -> Versions:
+    try:
+        task_set = env.tasks.version
+    except Exception:
+        task_set = ""
+    return Versions(
+        envhub=envhub.__version__, env=f"{env.env_id}@{env.version}", task_set=task_set,
+        sandbox_image=policy_info.get("sandbox_image"), model=policy_info.get("model"),
+        tokenizer=policy_info.get("tokenizer"), chat_template_hash=policy_info.get("chat_template_hash"),
+        weight_versions=weight_versions,
+    )
+
+
+@dataclass
+class RolloutResult:
+    report: dict[str, Any]
+    trajectories: Path
+    skipped: int
+
+
+def run_rollouts(
+    env_id: str,
+    policy: Policy,
+    *,
+    out_dir: str | Path,
+    episodes: int,
+    group_size: int = 1,
+    seed: int = 0,
+    concurrency: int = 4,
+    split: str = "train",
+    env_kwargs: dict[str, Any] | None = None,
+    env_factory: Callable[[], Env] | None = None,
+    on_episode: Callable[[TrajectoryRecord], None] | None = None,
+) -> RolloutResult:
+    """Run (or resume) a rollout into ``out_dir``; returns the report over all planned episodes."""
+    out = Path(out_dir)
+    _check_writable(out)
+    factory = env_factory or (lambda: make(env_id, split=split, **(env_kwargs or {})))
+    probe = factory()
+    try:
+        plans = plan_episodes(env_id, probe.tasks.task_ids(probe.split), episodes=episodes,
+                              group_size=group_size, seed=seed)
+    finally:
+        probe.close()
+    policy_info = {"policy": policy.name, **policy.describe()}
+    path = out / "trajectories.jsonl"
+    local = threading.local()
+    envs: list[Env] = []
+    envs_lock = threading.Lock()
+
+    def worker_env() -> Env:
+        if not hasattr(local, "env"):
+            local.env = factory()
+            with envs_lock:
+                envs.append(local.env)
+        return local.env
+
+    def job(plan: EpisodePlan) -> TrajectoryRecord:
+        try:
+            env = worker_env()
+        except Exception as exc:
+            return _failed_record(probe, plan, policy_info, f"env construction failed: {exc!r}", 0.0)
+        return run_episode(env, policy, plan, policy_info)
+
+    t0 = time.monotonic()
+    with JsonlStore(path) as store:
+        todo = [p for p in plans if p.episode_id not in store.keys]
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            futures = [pool.submit(job, p) for p in todo]
+            for fut in as_completed(futures):
+                record = fut.result()
+                store.append(record.model_dump(mode="json"))
+                if on_episode is not None:
+                    on_episode(record)
+    for env in envs:
+        env.close()
+    wanted = {p.episode_id for p in plans}
+    records = [r for r in read_jsonl(path) if r["episode_id"] in wanted]
+    report = summarize(records, wall_seconds=time.monotonic() - t0)
+    report.update({"env_id": env_id, "policy": policy.name, "planned": len(plans),
+                   "skipped_already_done": len(plans) - len(todo), "seed": seed, "group_size": group_size})
+    write_json_atomic(out / "report.json", report)
+    return RolloutResult(report=report, trajectories=path, skipped=len(plans) - len(todo))
+
+
+def _check_writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".envhub-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise PermissionError(f"cannot write to output directory {out}: {exc.strerror or exc}") from None

@@ -1,0 +1,135 @@
+"""The ``Sandbox`` protocol every backend implements, and the value types it speaks.
+
+A sandbox is a place where code that a model wrote runs: a Docker container, a bubblewrap
+namespace, or (trusted code only) a plain process. Task families and verifiers talk to this
+protocol only, so a backend can change without touching a task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Protocol, runtime_checkable
+
+from envhub.errors import InfraError
+
+TRUNCATION_MARKER = "\n[... output truncated by envhub: {dropped} more bytes ...]\n"
+
+
+class SandboxError(InfraError):
+    """The sandbox itself failed (crashed, unreachable, died). Maps to the ``env_error`` outcome.
+
+    It is never raised for what the *agent's* code does inside the sandbox: a segfault, an OOM kill
+    or a timeout of a command is reported in the :class:`ExecResult` instead.
+    """
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to every command a sandbox runs."""
+
+    cpus: float = 1.0
+    memory_mb: int = 512
+    pids: int = 128
+    timeout_s: float = 10.0
+    output_bytes: int = 64 * 1024
+    disk_mb: int = 64
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    oom_killed: bool = False
+    duration_s: float = 0.0
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
+
+    def summary(self) -> str:
+        """A tool-result text for the agent: what it would see in a terminal, plus the verdict."""
+        parts = []
+        if self.stdout:
+            parts.append(self.stdout.rstrip("\n"))
+        if self.stderr:
+            parts.append(self.stderr.rstrip("\n"))
+        if self.timed_out:
+            parts.append(f"[timed out after {self.duration_s:.1f}s]")
+        elif self.oom_killed:
+            parts.append("[killed: out of memory]")
+        elif self.exit_code != 0:
+            parts.append(f"[exit code {self.exit_code}]")
+        return "\n".join(parts) if parts else "[no output]"
+
+
+def cap_output(data: bytes, limit: int) -> tuple[str, bool]:
+    """Decode ``data`` leniently and cut it at ``limit`` bytes with a visible marker."""
+    if len(data) <= limit:
+        return data.decode("utf-8", errors="replace"), False
+    kept = data[:limit].decode("utf-8", errors="replace")
+    return kept + TRUNCATION_MARKER.format(dropped=len(data) - limit), True
+
+
+def workdir_path(root: str, path: str) -> str:
+    """Resolve ``path`` inside the sandbox work dir; refuse anything that climbs out of it."""
+    pure = PurePosixPath(path)
+    if pure.is_absolute():
+        pure = pure.relative_to("/") if not str(pure).startswith(root) else pure.relative_to(root)
+    parts = [p for p in pure.parts if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise ValueError(f"path {path!r} leaves the work directory")
+    return str(PurePosixPath(root, *parts))
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One isolated work directory plus a way to run commands in it.
+
+    Paths given to the file methods are relative to the work directory (``workdir``).
+    ``close`` is idempotent and every sandbox is a context manager.
+    """
+
+    backend: str
+    workdir: str
+    limits: Limits
+
+    def exec(
+        self,
+        cmd: str | list[str],
+        *,
+        timeout: float | None = None,
+        stdin: str | bytes | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult: ...
+
+    def write_files(self, files: dict[str, str | bytes]) -> None: ...
+
+    def read_file(self, path: str) -> bytes: ...
+
+    def list_files(self, path: str = ".") -> list[str]: ...
+
+    def copy_in(self, host_dir: str, dest: str = ".") -> None: ...
+
+    def copy_out(self, src: str, host_dir: str) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Sandbox: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@dataclass
+class SandboxSpec:
+    """What a task needs from a sandbox: which image (docker) and which limits."""
+
+    image: str | None = None
+    limits: Limits = field(default_factory=Limits)

@@ -1,0 +1,165 @@
+"""Verifier suites: gold must pass, noop must fail, every attack must fail.
+
+A case is a scripted sequence of actions played through the real env (so attacks that tamper with
+files in the sandbox are graded exactly as a model's would be). Families contribute their own
+attacks by overriding ``Env.adversarial_cases``; gold and noop are universal.
+
+An infrastructure outcome on any case is a violation too: a verifier that crashes on a hack is as
+unusable as one that accepts it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from envhub.parsing import format_tool_call
+from envhub.types import Action, Outcome, Task
+
+if TYPE_CHECKING:
+    from envhub.env import Env
+
+
+@dataclass(frozen=True)
+class SuiteCase:
+    """One scripted submission strategy. ``actions`` builds the turns for a task."""
+
+    name: str
+    expect: Literal["pass", "fail"]
+    actions: Callable[[Env, Task], list[Action]]
+    description: str = ""
+
+
+def answer_case(name: str, make_answer: Callable[[Task], str], description: str = "") -> SuiteCase:
+    """An attack that submits a crafted answer string through the terminal tool."""
+    return SuiteCase(
+        name, "fail",
+        lambda env, task: [Action(text=format_tool_call(env.terminal_tool, {"answer": make_answer(task)}))],
+        description,
+    )
+
+
+def universal_cases() -> list[SuiteCase]:
+    from envhub.policies import NoopPolicy
+
+    def noop(env: Env, task: Task) -> list[Action]:
+        agent = NoopPolicy().start(env, env.initial_observation(), seed=0)
+        return [Action(text=agent.act(env.initial_observation()).text)]
+
+    return [
+        SuiteCase("gold", "pass", lambda env, task: env.gold_actions(task), "the reference solution"),
+        SuiteCase("noop", "fail", noop, "an empty submission"),
+    ]
+
+
+@dataclass
+class CaseResult:
+    case: str
+    task_id: str
+    expect: str
+    outcome: str
+    reward: float
+    detail: str
+
+    @property
+    def violation(self) -> bool:
+        if Outcome(self.outcome).is_infra:
+            return True
+        return (self.outcome == Outcome.SUCCESS.value) != (self.expect == "pass")
+
+
+@dataclass
+class SuiteReport:
+    env_id: str
+    results: list[CaseResult] = field(default_factory=list)
+
+    def by_case(self) -> dict[str, dict[str, Any]]:
+        rows: dict[str, dict[str, Any]] = {}
+        for r in self.results:
+            row = rows.setdefault(r.case, {"expect": r.expect, "tasks": 0, "as_expected": 0, "violations": []})
+            row["tasks"] += 1
+            if r.violation:
+                row["violations"].append({"task_id": r.task_id, "outcome": r.outcome, "detail": r.detail[:500]})
+            else:
+                row["as_expected"] += 1
+        for row in rows.values():
+            row["rate"] = row["as_expected"] / row["tasks"] if row["tasks"] else 0.0
+        return rows
+
+    @property
+    def violations(self) -> int:
+        return sum(r.violation for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"env_id": self.env_id, "violations": self.violations, "cases": self.by_case()}
+
+
+def run_suite(
+    env_factory: Callable[[], Env],
+    task_ids: Sequence[str],
+    *,
+    cases: Sequence[str] | None = None,
+    jobs: int = 1,
+) -> SuiteReport:
+    """Play every case on every task; ``jobs`` envs work in parallel."""
+    probe = env_factory()
+    all_cases = {c.name: c for c in probe.suite_cases()}
+    probe.close()
+    if cases:
+        unknown = set(cases) - set(all_cases)
+        if unknown:
+            raise ValueError(f"unknown suite cases {sorted(unknown)}; known: {', '.join(all_cases)}")
+    selected = [all_cases[n] for n in (cases or all_cases)]
+    local = threading.local()
+    made: list[Env] = []
+    lock = threading.Lock()
+
+    def env() -> Env:
+        if not hasattr(local, "env"):
+            local.env = env_factory()
+            with lock:
+                made.append(local.env)
+        return local.env
+
+    def play(item: tuple[SuiteCase, str]) -> CaseResult:
+        case, task_id = item
+        e = env()
+        try:
+            verdict = e.play(task_id, lambda task: case.actions(e, task))
+            return CaseResult(case.name, task_id, case.expect, verdict.outcome.value, verdict.reward, verdict.detail)
+        except Exception as exc:  # the suite machinery itself failed on this case
+            return CaseResult(case.name, task_id, case.expect, Outcome.VERIFIER_ERROR.value, 0.0, repr(exc))
+
+    work = [(c, t) for t in task_ids for c in selected]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(play, work))
+    for e in made:
+        e.close()
+    return SuiteReport(env_id=probe.env_id, results=results)
+
+
+def grade_submissions(
+    env_factory: Callable[[], Env], submissions: Sequence[dict[str, Any]], *, jobs: int = 1
+) -> list[dict[str, Any]]:
+    """Grade ``{task_id, submission}`` rows that came from elsewhere; one verdict per row."""
+    local = threading.local()
+
+    def grade(row: dict[str, Any]) -> dict[str, Any]:
+        if not hasattr(local, "env"):
+            local.env = env_factory()
+        e: Env = local.env
+        task_id = row.get("task_id")
+        if not isinstance(task_id, str) or "submission" not in row:
+            return {"task_id": task_id, "error": "each line needs a string task_id and a submission"}
+        try:
+            verdict = e.play(task_id, lambda task: e.submission_actions(task, row["submission"]))
+        except KeyError as exc:
+            return {"task_id": task_id, "error": f"unknown task: {exc}"}
+        return {"task_id": task_id, "outcome": verdict.outcome.value, "reward": verdict.reward,
+                "verdict": verdict.model_dump(mode="json")}
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(grade, submissions))
