@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from envhub.verifiers.suite import SuiteCase
 
 SPLITS = ("train", "validation", "test")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -455,8 +457,4 @@ def _coerce_action(action: str | Action | dict[str, Any]) -> Action:
 
 def sanitize_text(text: str) -> str:
     """Replace lone surrogates (undecodable bytes) so the text can be stored as UTF-8."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
+    return _SURROGATE.sub("\ufffd", text)

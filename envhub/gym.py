@@ -22,6 +22,7 @@ from envhub.env import Env
 from envhub.types import Action
 
 MAX_TEXT = 1 << 20
+CHARSET = string.printable.replace("\x0b", "").replace("\x0c", "")
 
 
 class PrintableText(spaces.Text):
@@ -33,7 +34,7 @@ class PrintableText(spaces.Text):
     """
 
     def __init__(self, max_length: int = MAX_TEXT, *, seed: int | np.random.Generator | None = None):
-        super().__init__(max_length=max_length, min_length=0, charset=string.printable, seed=seed)
+        super().__init__(max_length=max_length, min_length=0, charset=CHARSET, seed=seed)
 
     def contains(self, x: Any) -> bool:
         return (
@@ -44,8 +45,8 @@ class PrintableText(spaces.Text):
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         if mask is None and probability is None:
-            length = int(self.np_random.integers(0, 256))
-            chars = self.np_random.choice(list(string.printable), size=length)
+            length = int(self.np_random.integers(0, min(256, self.max_length) + 1))
+            chars = self.np_random.choice(list(CHARSET), size=length)
             return "".join(chars)
         return super().sample(mask=mask, probability=probability)
 

@@ -1,0 +1,39 @@
+import pytest
+
+from envhub.parsing import DefaultParser, HermesParser, JsonParser, format_tool_call
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>',
+    'Let me compute.\n<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call>',
+    '<tool_call>{"name": "python", "arguments": "{\\"code\\": \\"print(1)\\"}"}</tool_call>',
+    '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}',  # stop sequence ate the close tag
+    '{"name": "python", "arguments": {"code": "print(1)"}}',
+    '```json\n{"name": "python", "arguments": {"code": "print(1)"}}\n```',
+])
+def test_parses_hermes_and_plain_json(text):
+    result = DefaultParser().parse(text)
+    assert result.error is None
+    assert [(c.name, c.arguments) for c in result.calls] == [("python", {"code": "print(1)"})]
+
+
+def test_several_calls_in_one_turn():
+    text = format_tool_call("a", {"x": 1}) + "\n" + format_tool_call("b", {})
+    assert [c.name for c in HermesParser().parse(text).calls] == ["a", "b"]
+    assert [c.name for c in JsonParser().parse('[{"name": "a"}, {"name": "b"}]').calls] == ["a", "b"]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("just some prose", "no tool call found"),
+    ("<tool_call>{oops}</tool_call>", "invalid JSON"),
+    ('<tool_call>["python"]</tool_call>', "must be a JSON object"),
+    ('<tool_call>{"arguments": {}}</tool_call>', '"name"'),
+    ('<tool_call>{"name": "a", "arguments": [1]}</tool_call>', "must be a JSON object"),
+    ('<tool_call>{"name": "a", "arguments": "not json"}</tool_call>', "not JSON"),
+    ('<tool_call>{"name": "a", "extra": 1}</tool_call>', "unexpected keys"),
+    ("", "no tool call found"),
+])
+def test_malformed_calls_explain_themselves(text, needle):
+    result = DefaultParser().parse(text)
+    assert result.calls == []
+    assert needle in result.error

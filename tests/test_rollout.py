@@ -1,0 +1,164 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import envhub
+from envhub.policies import GoldPolicy, make_policy
+from envhub.rollout import plan_episodes, run_episode, run_rollouts
+from envhub.store import JsonlStore, read_jsonl
+from envhub.types import Outcome, TrajectoryRecord
+
+ENV = "envhub/Computation-v0"
+
+
+def test_gold_rollout_succeeds_on_every_episode(tmp_path):
+    result = run_rollouts(ENV, make_policy("gold"), out_dir=tmp_path, episodes=50, concurrency=4)
+    report = result.report
+    assert report["attempted"] == 50 and report["strict_success_rate"] == 1.0
+    assert report["by_class"]["infra_failure"] == 0
+    assert report["tool_calls"] == 100 and report["tool_calls_per_success"] == 2.0
+    records = [TrajectoryRecord.model_validate(r) for r in read_jsonl(tmp_path / "trajectories.jsonl")]
+    assert len({r.episode_id for r in records}) == 50
+    for rec in records:
+        run, answer = rec.turns
+        assert run.tool_calls[0].name == "python" and answer.tool_calls[0].name == "answer"
+        printed = run.observation[0].content
+        assert "exit code" not in printed and "Error" not in printed
+        if rec.task_id.startswith(("comp-bigint", "comp-fraction", "comp-linear")):
+            assert printed.strip() == answer.tool_calls[0].arguments["answer"]  # computed in the sandbox
+    saved = json.loads((tmp_path / "report.json").read_text())
+    for key in ("attempted", "by_outcome", "by_class", "strict_success_rate", "success_rate_excluding_infra",
+                "tokens", "tool_calls", "wall_seconds", "tokens_per_success", "tool_calls_per_success"):
+        assert key in saved
+
+
+def test_noop_rollout_fails_every_episode_as_policy_failure(tmp_path):
+    report = run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=50).report
+    assert report["strict_success_rate"] == 0.0
+    assert report["by_class"]["policy_failure"] == 50
+
+
+def test_random_rollout_has_no_infra_failure(tmp_path):
+    report = run_rollouts(ENV, make_policy("random"), out_dir=tmp_path, episodes=40, seed=3).report
+    assert report["attempted"] == 40
+    assert report["by_class"]["infra_failure"] == 0, report["by_outcome"]
+
+
+def test_groups_share_a_task_and_ids_are_stable():
+    ids = [f"t{i}" for i in range(10)]
+    plans = plan_episodes(ENV, ids, episodes=12, group_size=4, seed=1)
+    assert len(plans) == 12 and len({p.group_id for p in plans}) == 3
+    for g in {p.group_id for p in plans}:
+        members = [p for p in plans if p.group_id == g]
+        assert len({p.task_id for p in members}) == 1 and [p.sample_index for p in members] == [0, 1, 2, 3]
+    assert plans == plan_episodes(ENV, ids, episodes=12, group_size=4, seed=1)
+    with pytest.raises(ValueError, match="multiple of --group-size"):
+        plan_episodes(ENV, ids, episodes=10, group_size=4)
+
+
+def test_an_exception_inside_one_episode_is_that_episodes_env_error(tmp_path):
+    class Exploding:
+        name = "exploding"
+
+        def describe(self):
+            return {}
+
+        def start(self, env, obs, *, seed):
+            if env.episode.task.task_id.endswith("7"):
+                raise RuntimeError("boom in agent start")
+            return GoldPolicy().start(env, obs, seed=seed)
+
+    result = run_rollouts(ENV, Exploding(), out_dir=tmp_path, episodes=30, concurrency=3)
+    records = list(read_jsonl(result.trajectories))
+    assert len(records) == 30
+    bad = [r for r in records if r["task_id"].endswith("7")]
+    assert bad and all(r["outcome"] == "env_error" and "boom in agent start" in r["outcome_detail"] for r in bad)
+    assert all(r["outcome"] == "success" for r in records if not r["task_id"].endswith("7"))
+    assert result.report["strict_success_rate"] == (30 - len(bad)) / 30
+
+
+def test_engine_failure_is_engine_error():
+    class Agent:
+        def act(self, obs):
+            raise envhub.EngineError("server returned 503")
+
+        def token_view(self):
+            return None
+
+        def observation_ids(self):
+            return []
+
+    class Failing:
+        name = "failing"
+
+        def describe(self):
+            return {}
+
+        def start(self, env, obs, *, seed):
+            return Agent()
+
+    env = envhub.make(ENV)
+    plan = plan_episodes(ENV, env.tasks.task_ids("train"), episodes=1)[0]
+    record = run_episode(env, Failing(), plan, {})
+    assert record.outcome is Outcome.ENGINE_ERROR and "503" in record.outcome_detail
+
+
+def test_unwritable_out_is_a_clear_error(tmp_path):
+    target = tmp_path / "ro"
+    target.mkdir()
+    target.chmod(0o500)
+    if os.geteuid() == 0:  # root ignores mode bits; a file in the way is unwritable for everyone
+        target = tmp_path / "file"
+        target.write_text("x")
+    with pytest.raises((PermissionError, OSError), match="cannot write to output directory"):
+        run_rollouts(ENV, make_policy("noop"), out_dir=target / "sub" if os.geteuid() == 0 else target, episodes=1)
+
+
+def test_store_repairs_a_torn_last_line_and_skips_duplicates(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"episode_id": "a"}\n{"episode_id": "b", "tor')
+    with JsonlStore(path) as store:
+        assert store.keys == {"a"}
+        store.append({"episode_id": "a"})
+        store.append({"episode_id": "b"})
+    assert path.read_text() == '{"episode_id": "a"}\n{"episode_id": "b"}\n'
+
+
+def test_kill_minus_9_mid_run_then_resume_completes_without_duplicates(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "envhub.cli", "rollout", ENV, "--policy", "gold", "--episodes", "60",
+           "--concurrency", "2", "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    path = out / "trajectories.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= 5:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = path.read_bytes()
+    done_before = partial.count(b"\n")
+    assert 5 <= done_before < 60, "the run must be killed mid-way for this test to mean anything"
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    records = [json.loads(line) for line in data.splitlines()]
+    ids = [r["episode_id"] for r in records]
+    assert len(ids) == 60 == len(set(ids))
+    report = json.loads((out / "report.json").read_text())
+    assert report["attempted"] == 60 and report["strict_success_rate"] == 1.0
+    assert report["skipped_already_done"] >= done_before - 1
+
+
+def test_rerun_with_same_out_skips_everything(tmp_path):
+    run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=6)
+    again = run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=6)
+    assert again.skipped == 6 and again.report["attempted"] == 6
+    assert Path(tmp_path / "trajectories.jsonl").read_text().count("\n") == 6
