@@ -14,8 +14,9 @@ from rich.table import Table
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="envhub: environments and rewards for agent RL")
 bench_app = typer.Typer(no_args_is_help=True, help="performance benchmarks")
 app.add_typer(bench_app, name="bench")
-console = Console()
-err = Console(stderr=True)
+# Piped output (logs, CI, tests) gets a wide console so ids and paths are never wrapped.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:

@@ -47,7 +47,7 @@ def test_printable_text_space_admits_any_printable_unicode_and_newlines():
 
 def test_sync_vector_env():
     envs = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("envhub/Computation-v0") for _ in range(3)])
-    obs, infos = envs.reset(seed=[1, 2, 3])
+    obs, _ = envs.reset(seed=[1, 2, 3])
     assert len(obs) == 3 and all("[user]" in o for o in obs)
     obs, rewards, term, trunc, _infos = envs.step(["nonsense"] * 3)
     assert list(rewards) == [0.0, 0.0, 0.0] and not any(term) and not any(trunc)
