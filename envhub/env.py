@@ -17,7 +17,7 @@ import random
 import re
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -301,6 +301,21 @@ class Env:
                 raise InfraError(f"could not start a sandbox: {exc}") from exc
             episode.metrics.sandbox_seconds += time.monotonic() - t0
         return episode.sandbox
+
+    @contextlib.contextmanager
+    def grading_sandbox(self) -> Iterator[Sandbox]:
+        """A fresh, pristine sandbox for the verifier: never the one the agent touched."""
+        from envhub.sandboxes import create_sandbox
+
+        try:
+            sandbox = create_sandbox(self.sandbox_backend, self.sandbox_spec)
+        except Exception as exc:
+            raise InfraError(f"could not start a grading sandbox: {exc}") from exc
+        try:
+            yield sandbox
+        finally:
+            with contextlib.suppress(Exception):
+                sandbox.close()
 
     # ---- internals ---------------------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""What the agent's repository looks like, and what the grader starts from.
+
+The agent gets the project's ``src/`` with the planted bugs and, for some instances, a pruned copy
+of a few visible tests. The hidden tests never enter its sandbox: the grader copies the project's
+original ``tests/`` into a fresh sandbox at verification time.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+
+from .manifest import PROJECTS_DIR, Instance
+
+IGNORED_PARTS = ("__pycache__", ".pytest_cache")
+
+
+def _read_tree(root: Path) -> dict[str, str]:
+    files = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not any(p in rel for p in IGNORED_PARTS) and not rel.endswith(".pyc"):
+            files[rel] = path.read_text(encoding="utf-8")
+    return files
+
+
+@lru_cache(maxsize=64)
+def project_sources(project: str) -> dict[str, str]:
+    """The original ``src/`` files of a project, by path relative to the project root."""
+    return {f"src/{rel}": text for rel, text in _read_tree(PROJECTS_DIR / project / "src").items()}
+
+
+@lru_cache(maxsize=64)
+def project_tests(project: str) -> dict[str, str]:
+    """The original (hidden) ``tests/`` files of a project."""
+    return {f"tests/{rel}": text for rel, text in _read_tree(PROJECTS_DIR / project / "tests").items()}
+
+
+def visible_test_ids(instance: Instance) -> list[str]:
+    """Visible tests, minus parametrized cases: a parametrized function would show hidden cases too."""
+    return [t for t in instance.visible_tests if "[" not in t]
+
+
+def agent_files(instance: Instance) -> dict[str, str]:
+    """The repository as the agent first sees it."""
+    files = {**project_sources(instance.project), **instance.buggy_files}
+    visible = visible_test_ids(instance)
+    if visible:
+        by_file: dict[str, set[str]] = {}
+        for node in visible:
+            path, _, rest = node.partition("::")
+            by_file.setdefault(path, set()).add(rest)
+        tests = project_tests(instance.project)
+        for path, names in sorted(by_file.items()):
+            files[path] = prune_tests(tests[path], names)
+    return files
+
+
+def prune_tests(source: str, keep: set[str]) -> str:
+    """Keep imports, helpers and fixtures, and only the test functions / methods named in ``keep``.
+
+    ``keep`` holds node-id tails: ``test_name`` or ``TestClass::test_name``.
+    """
+    tree = ast.parse(source)
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            if node.name in keep:
+                body.append(node)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            methods = [
+                m for m in node.body
+                if not (isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test"))
+                or f"{node.name}::{m.name}" in keep
+            ]
+            if any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test")
+                   for m in methods):
+                node.body = methods
+                body.append(node)
+        else:
+            body.append(node)
+    tree.body = body
+    header = '"""Visible tests for this task. The grader runs a larger hidden suite."""\n\n'
+    return header + ast.unparse(tree) + "\n"

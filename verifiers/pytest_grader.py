@@ -1,0 +1,83 @@
+"""Run a hidden pytest suite in a sandbox and read back per-test outcomes the agent cannot forge.
+
+The suite, the report plugin and the runner's configuration are written into a *fresh* sandbox
+at grading time. The interpreter starts isolated (``-I``: no ``PYTHONPATH``, no user site, no
+script directory), pytest ignores every config file (``-c /dev/null``) and all third-party
+plugins, and results come from our plugin's JSON report under an unguessable name, never from
+pytest's console output (a printed "PASSED" means nothing). Every expected test must be reported
+passed: a test that is missing from the report -- because collection failed, the process exited
+early, or the report was never written -- counts as failed.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envhub.sandboxes.base import Sandbox
+
+GRADE_DIR = ".envhub_grade"
+PLUGIN_MODULE = "envhub_report"
+PLUGIN_SOURCE = (Path(__file__).with_name("pytest_report_plugin.py")).read_text(encoding="utf-8")
+
+
+@dataclass
+class TestResults:
+    outcomes: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    collection_errors: list[str] = field(default_factory=list)
+    timed_out: bool = False
+    report_written: bool = True
+    output_tail: str = ""
+
+    @property
+    def all_passed(self) -> bool:
+        return not self.missing and not self.failed and not self.timed_out
+
+    def passed(self, tests: list[str]) -> list[str]:
+        return [t for t in tests if self.outcomes.get(t) == "passed"]
+
+
+def run_hidden_tests(
+    sandbox: Sandbox,
+    *,
+    files: dict[str, str],
+    tests: dict[str, str],
+    expected: list[str],
+    test_paths: tuple[str, ...] = ("tests",),
+    source_roots: tuple[str, ...] = ("src",),
+    timeout: float = 60.0,
+) -> TestResults:
+    """Write ``files`` (the submission) and ``tests`` (the hidden suite) and run pytest on them."""
+    nonce = secrets.token_hex(12)
+    report = f"{GRADE_DIR}/report-{nonce}.json"
+    sandbox.write_files({**files, **tests, f"{GRADE_DIR}/{PLUGIN_MODULE}.py": PLUGIN_SOURCE})
+    bootstrap = (
+        "import sys; "
+        f"sys.path[:0] = {[*source_roots, GRADE_DIR]!r}; "
+        "import pytest; "
+        f"sys.exit(pytest.main({[*test_paths, '-q', '--tb=line', '-p', 'no:cacheprovider', '-p', PLUGIN_MODULE, '-c', '/dev/null', '--rootdir', '.']!r}))"
+    )
+    result = sandbox.exec(
+        ["python3", "-I", "-c", bootstrap],
+        timeout=timeout,
+        env={"ENVHUB_REPORT": report, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1",
+             "PYTHONHASHSEED": "0"},
+    )
+    out = TestResults(timed_out=result.timed_out, output_tail=(result.stdout + result.stderr)[-2000:])
+    try:
+        data = json.loads(sandbox.read_file(report))
+    except (FileNotFoundError, OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        out.report_written = False
+        out.missing = list(expected)
+        return out
+    out.outcomes = {str(k): str(v) for k, v in data.get("outcomes", {}).items()}
+    out.collection_errors = list(data.get("collection_errors", []))
+    out.missing = [t for t in expected if t not in out.outcomes]
+    out.failed = [t for t in expected if t in out.outcomes and out.outcomes[t] != "passed"]
+    return out
