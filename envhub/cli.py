@@ -14,6 +14,8 @@ from rich.table import Table
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="envhub: environments and rewards for agent RL")
 bench_app = typer.Typer(no_args_is_help=True, help="performance benchmarks")
 app.add_typer(bench_app, name="bench")
+tasks_app = typer.Typer(no_args_is_help=True, help="task sets: export to other harnesses")
+app.add_typer(tasks_app, name="tasks")
 # Piped output (logs, CI, tests) gets a wide console so ids and paths are never wrapped.
 console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
@@ -197,6 +199,35 @@ def _read_submissions(path: Path) -> list[dict[str, Any]]:
             raise _fail(f"{path}:{n}: each line must be a JSON object")
         rows.append(row)
     return rows
+
+
+@tasks_app.command("export")
+def tasks_export(
+    env_id: str,
+    dest: Annotated[Path, typer.Argument(help="output directory")],
+    format: Annotated[str, typer.Option("--format", help="harbor")] = "harbor",
+    split: str = "test",
+    limit: Annotated[int, typer.Option(help="at most this many tasks; 0 = all")] = 0,
+    base_image: Annotated[str | None, typer.Option(help="FROM image (default: the envhub base image)")] = None,
+) -> None:
+    """Export an env's tasks in another harness's task format."""
+    from envhub.registry import make
+
+    if format != "harbor":
+        raise _fail(f"unknown task format {format!r}; supported: harbor")
+    _spec(env_id)
+    env = make(env_id, split=split)
+    exporter = getattr(env, "export_harbor", None)
+    if exporter is None:
+        raise _fail(f"{env_id} does not support Harbor export")
+    if base_image is None:
+        from envhub.sandboxes import base_image_tag
+
+        base_image = base_image_tag()
+    ids = list(env.tasks.task_ids(split))
+    ids = ids[:limit] if limit else ids
+    written = exporter(ids, dest, base_image=base_image)
+    console.print(f"wrote {len(written)} Harbor tasks to {dest}")
 
 
 @bench_app.command("env-step")

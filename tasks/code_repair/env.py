@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from collections.abc import Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import Any, ClassVar
 
 from envhub.env import Budget, Env, Episode, InfraError, ToolError
@@ -203,6 +203,14 @@ class CodeRepairEnv(Env):
         calls = [ToolCall(name="write_file", arguments={"path": p, "content": c})
                  for p, c in files.items() if given.get(p) != c]
         return [Action(tool_calls=calls), Action(tool_calls=[ToolCall(name="submit")])]
+
+    def export_harbor(self, task_ids: Sequence[str], dest: Path, *, base_image: str) -> list[Path]:
+        """Write Harbor task directories for ``task_ids`` under ``dest``."""
+        from .harbor import export_instance
+
+        dest.mkdir(parents=True, exist_ok=True)
+        return [export_instance(self.tasks.instance(t), self.tasks.get(t).prompt, dest, base_image=base_image)
+                for t in task_ids]
 
     def adversarial_cases(self) -> list[SuiteCase]:
         from .attacks import code_repair_attacks

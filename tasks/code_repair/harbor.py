@@ -1,0 +1,96 @@
+"""Export code-repair instances as Harbor task directories, so the same tasks run in Harbor.
+
+Layout per task (Harbor's task format): ``instruction.md``; ``task.toml``; ``environment/Dockerfile``
+with the buggy repository as its build context (the agent works in /app); ``tests/test.sh`` that
+runs ``grade.py`` and writes ``/logs/verifier/reward.txt``, with the hidden tests under
+``tests/hidden/`` (Harbor uploads tests/ only after the agent has finished); ``solution/solve.sh``
+that restores the original files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from envhub.verifiers import integrity
+
+from .manifest import Instance
+from .workspace import agent_files, project_sources, project_tests
+
+HERE = Path(__file__).resolve().parent
+VERIFIERS = Path(integrity.__file__).resolve().parent
+
+TEST_SH = """#!/bin/bash
+# Grade the agent's /app: integrity checks, then the hidden tests in a fresh directory.
+mkdir -p "${ENVHUB_LOG_DIR:-/logs/verifier}"
+python3 "$(dirname "$0")/grade.py" || echo 0 > "${ENVHUB_LOG_DIR:-/logs/verifier}/reward.txt"
+"""
+
+
+def _dockerfile(base_image: str) -> str:
+    return (
+        f"FROM {base_image}\n"
+        "WORKDIR /app\n"
+        "COPY repo/ /app/\n"
+    )
+
+
+def _task_toml(inst: Instance, prompt_difficulty: str) -> str:
+    tags = json.dumps(["python", "bug-fix", inst.project])
+    return (
+        'version = "1.0"\n\n'
+        "[metadata]\n"
+        'author_name = "envhub"\n'
+        f'difficulty = "{prompt_difficulty}"\n'
+        'category = "code-repair"\n'
+        f"tags = {tags}\n"
+        f'envhub_instance_id = "{inst.instance_id}"\n'
+        f'envhub_split = "{inst.split}"\n\n'
+        "[verifier]\ntimeout_sec = 300.0\n\n"
+        "[agent]\ntimeout_sec = 1800.0\n\n"
+        "[environment]\nbuild_timeout_sec = 600.0\ncpus = 1\nmemory_mb = 2048\nstorage_mb = 4096\n"
+    )
+
+
+def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str) -> Path:
+    """Write one Harbor task directory atomically (built in a temp dir, then renamed)."""
+    final = dest / inst.instance_id
+    tmp = Path(tempfile.mkdtemp(prefix=f".{inst.instance_id}.", dir=dest))
+    try:
+        given = agent_files(inst)
+        (tmp / "instruction.md").write_text(prompt.replace("Repository:", "Repository (in /app):", 1) + "\n")
+        (tmp / "task.toml").write_text(_task_toml(inst, {1: "easy", 2: "medium", 3: "hard"}[inst.difficulty]))
+        env_dir = tmp / "environment"
+        for rel, text in given.items():
+            path = env_dir / "repo" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        (env_dir / "Dockerfile").write_text(_dockerfile(base_image))
+        tests = tmp / "tests"
+        for rel, text in project_tests(inst.project).items():
+            path = tests / "hidden" / rel.removeprefix("tests/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        shutil.copy(HERE / "harbor_grade.py", tests / "grade.py")
+        shutil.copy(VERIFIERS / "integrity.py", tests / "integrity.py")
+        shutil.copy(VERIFIERS / "pytest_report_plugin.py", tests / "envhub_report.py")
+        (tests / "expected.json").write_text(json.dumps({"expected": inst.expected_tests, "given": given}))
+        (tests / "test.sh").write_text(TEST_SH)
+        (tests / "test.sh").chmod(0o755)
+        original = project_sources(inst.project)
+        restore = {rel: original[rel] for rel in inst.buggy_files}
+        solve = ("#!/bin/bash\n# Restore the original files (the gold fix).\ncd ${ENVHUB_APP_DIR:-/app}\npython3 - <<'EOF'\n"
+                 f"import json\nfor path, text in json.loads({json.dumps(json.dumps(restore))}).items():\n"
+                 "    open(path, 'w').write(text)\nEOF\n")
+        (tmp / "solution").mkdir()
+        (tmp / "solution" / "solve.sh").write_text(solve)
+        (tmp / "solution" / "solve.sh").chmod(0o755)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
