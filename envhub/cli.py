@@ -244,6 +244,7 @@ def bench_env_step(
 #: Benchmarks that live beside the code they measure: name -> "module:function(out=...) -> dict".
 BENCHES = {
     "sandbox": "envhub.sandboxes.bench:run_bench",
+    "search": "envhub.tasks.retrieval.bench:run_bench",
 }
 
 
@@ -269,6 +270,7 @@ for _name, _target in BENCHES.items():
 #: Command groups and commands that live beside the code they drive: (module, attribute, name).
 SUBCOMMANDS = [
     ("envhub.sandboxes.cli", "app", "sandbox"),
+    ("envhub.scaffold", "new_env_command", "new-env"),
 ]
 
 

@@ -114,6 +114,7 @@ class Env:
         budget: Budget | dict[str, Any] | None = None,
         parser: str | ToolCallParser = "default",
         sandbox: str = "auto",
+        sandbox_pool: int = 8,
     ) -> None:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
@@ -123,6 +124,8 @@ class Env:
         self.budget: Budget = budget or self.default_budget
         self.parser: ToolCallParser = PARSERS[parser]() if isinstance(parser, str) else parser
         self.sandbox_backend = sandbox
+        #: warm sandboxes kept per process (0: a cold sandbox per episode and per grading)
+        self.sandbox_pool = sandbox_pool
         self._tools: dict[str, ToolDef] = collect_tools(type(self))
         self._tasks: TaskSource | None = None
         self._verifier: Verifier | None = None
@@ -292,25 +295,27 @@ class Env:
         """The episode's sandbox, started on first use and closed when the episode ends."""
         episode = self._require_episode()
         if episode.sandbox is None:
-            from envhub.sandboxes import create_sandbox  # core must not import sandboxes eagerly
-
             t0 = time.monotonic()
-            try:
-                episode.sandbox = create_sandbox(self.sandbox_backend, self.sandbox_spec)
-            except Exception as exc:
-                raise InfraError(f"could not start a sandbox: {exc}") from exc
+            episode.sandbox = self._new_sandbox()
             episode.metrics.sandbox_seconds += time.monotonic() - t0
         return episode.sandbox
+
+    def _new_sandbox(self) -> Sandbox:
+        """A pristine sandbox: a reset one from the process-wide warm pool, or a cold one."""
+        from envhub.sandboxes import create_sandbox, select_backend, shared_pool  # not at import time
+
+        try:
+            if self.sandbox_pool > 0:
+                backend = select_backend(self.sandbox_backend)
+                return shared_pool(backend, self.sandbox_spec, size=self.sandbox_pool).acquire()
+            return create_sandbox(self.sandbox_backend, self.sandbox_spec, pooled=False)
+        except Exception as exc:
+            raise InfraError(f"could not start a sandbox: {exc}") from exc
 
     @contextlib.contextmanager
     def grading_sandbox(self) -> Iterator[Sandbox]:
         """A fresh, pristine sandbox for the verifier: never the one the agent touched."""
-        from envhub.sandboxes import create_sandbox
-
-        try:
-            sandbox = create_sandbox(self.sandbox_backend, self.sandbox_spec)
-        except Exception as exc:
-            raise InfraError(f"could not start a grading sandbox: {exc}") from exc
+        sandbox = self._new_sandbox()
         try:
             yield sandbox
         finally:

@@ -1,0 +1,108 @@
+"""Checks for answers read out of documents: Python literals, and evidence recall as a metric.
+
+They complement :mod:`envhub.verifiers.checks`. Like those, every parser is strict: an answer
+that hedges ("None or 0") or pastes a paragraph is simply not equal to any literal, so answer
+stuffing cannot collect credit.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from envhub.types import Task
+from envhub.verifiers.layered import Graded, ScoreCheck
+
+_MISSING = object()
+_KEYWORDS = {"none": None, "true": True, "false": False}
+_DECIMAL_POINT_END = re.compile(r"^[+-]?\d+\.$")
+
+
+def parse_literal(text: str) -> Any:
+    """What an answer means as a Python value.
+
+    ``None``/``True``/``False`` (any case), numbers in any Python spelling (``438``, ``0o666``,
+    ``1e-9``) and quoted strings are parsed as literals; any other text stands for itself as a
+    bare string (so ``utf-8`` and ``'utf-8'`` are the same answer). Surrounding backticks and a
+    trailing full stop are dropped; nothing else is forgiven.
+    """
+    s = text.strip()
+    if s.endswith(".") and not _DECIMAL_POINT_END.match(s):  # "None." is a sentence; "1." a float
+        s = s[:-1].rstrip()
+    s = s.strip("`").strip()
+    if s.casefold() in _KEYWORDS:
+        return _KEYWORDS[s.casefold()]
+    try:
+        value = ast.literal_eval(s)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return s
+    return value if value is None or isinstance(value, bool | int | float | str) else s
+
+
+def literals_equal(got: Any, gold: Any) -> bool:
+    """Type-aware equality: ``True`` is not ``1``, ``1`` equals ``1.0``, strings compare exactly."""
+    if gold is None or isinstance(gold, bool):
+        return got is gold
+    if isinstance(gold, int | float):
+        return (isinstance(got, int | float) and not isinstance(got, bool)
+                and math.isclose(got, gold, rel_tol=1e-12, abs_tol=0.0))
+    return isinstance(got, str) and got == gold
+
+
+@dataclass
+class LiteralMatch:
+    """Correctness: the answer denotes the same Python literal as ``task.hidden[key]`` (its repr)."""
+
+    key: str = "answer"
+    field: str = "answer"
+    name: str = "literal_match"
+
+    def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
+        gold = ast.literal_eval(str(task.hidden[self.key]))
+        got = parse_literal(submission[self.field])
+        ok = literals_equal(got, gold)
+        return Graded(1.0 if ok else 0.0, ok, f"expected {task.hidden[self.key]}, got {submission[self.field]!r}")
+
+
+def evidence_recall(gold: Iterable[str], found: Iterable[str]) -> float:
+    """Fraction of the gold evidence among ``found`` (1.0 when there is no gold evidence)."""
+    gold_set = set(gold)
+    return len(gold_set & set(found)) / len(gold_set) if gold_set else 1.0
+
+
+@dataclass
+class EvidenceRecall:
+    """Wraps a correctness check and records how much of the gold evidence the agent looked at.
+
+    It never changes the score: recall is a diagnostic (did the agent find the documents, or
+    guess?), logged in the layer details and in the episode's metrics. ``opened_key`` and
+    ``seen_key`` name the episode scratch sets that the env's tools maintain: documents the agent
+    opened, and documents that appeared in its search results or were opened.
+    """
+
+    inner: ScoreCheck
+    evidence_key: str = "evidence"
+    opened_key: str = "opened_docs"
+    seen_key: str = "seen_docs"
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
+        graded = self.inner(task, submission, episode)
+        gold = list(task.hidden.get(self.evidence_key, []))
+        scratch = getattr(episode, "scratch", None) or {}
+        opened = evidence_recall(gold, scratch.get(self.opened_key, ()))
+        seen = evidence_recall(gold, scratch.get(self.seen_key, ()))
+        details = dict(graded.details or {})
+        details.update({"evidence": gold, "evidence_recall": opened, "evidence_seen_recall": seen})
+        metrics = getattr(episode, "metrics", None)
+        if metrics is not None:
+            metrics.extra["evidence_recall"] = opened
+            metrics.extra["evidence_seen_recall"] = seen
+        return Graded(graded.score, graded.passed, graded.reason, details)
