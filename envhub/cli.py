@@ -245,6 +245,7 @@ def bench_env_step(
 BENCHES = {
     "sandbox": "envhub.sandboxes.bench:run_bench",
     "search": "envhub.tasks.retrieval.bench:run_bench",
+    "verify": "envhub.tasks.code_repair.bench:run_bench",
 }
 
 
@@ -271,6 +272,8 @@ for _name, _target in BENCHES.items():
 SUBCOMMANDS = [
     ("envhub.sandboxes.cli", "app", "sandbox"),
     ("envhub.scaffold", "new_env_command", "new-env"),
+    ("envhub.adapters.export", "export_command", "export"),
+    ("envhub.adapters.tito", "tito_command", "tito"),
 ]
 
 

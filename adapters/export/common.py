@@ -1,0 +1,194 @@
+"""What every exporter shares: reading a run, choosing its episodes, writing files atomically.
+
+An exporter is a pure function of trajectory records. It never re-tokenizes or re-templates
+anything: the token view it writes is the one the rollout recorded (token in, token out), so a
+trainer downstream scores exactly the tokens the policy sampled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envhub.types import OutcomeClass, TrajectoryRecord
+
+#: The fields that every round-trip test compares between a source record and its export.
+ROUND_TRIP_FIELDS = (
+    "episode_id", "task_id", "group_id", "sample_index", "prompt_ids", "response_ids",
+    "response_mask", "response_logprobs", "reward", "outcome",
+)
+
+
+@dataclass
+class Selection:
+    """The records an export writes, and what it left out (and why)."""
+
+    records: list[TrajectoryRecord]
+    excluded_infra: int = 0
+    skipped_no_tokens: int = 0
+
+
+@dataclass
+class ExportResult:
+    format: str
+    out: Path
+    files: list[Path] = field(default_factory=list)
+    exported: int = 0
+    excluded_infra: int = 0
+    skipped_no_tokens: int = 0
+
+    def summary(self) -> str:
+        parts = [f"exported {self.exported} episode(s) as {self.format} to {self.out}"]
+        parts.append(f"excluded {self.excluded_infra} infra-failure episode(s)")
+        if self.skipped_no_tokens:
+            parts.append(f"skipped {self.skipped_no_tokens} episode(s) without a token view "
+                         "(scripted policies record no tokens)")
+        return "; ".join(parts)
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "files": [p.name for p in self.files],
+            "exported": self.exported,
+            "excluded_infra": self.excluded_infra,
+            "skipped_no_tokens": self.skipped_no_tokens,
+            "schema_doc": "docs/trajectory-schema.md",
+        }
+
+
+def trajectories_path(run: str | Path) -> Path:
+    """``DIR/trajectories.jsonl`` for a run directory; a path to a JSONL file is taken as is."""
+    path = Path(run)
+    if path.is_dir():
+        path = path / "trajectories.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no trajectories found at {path} (expected a run directory from "
+                                "`envhub rollout` or a trajectories.jsonl file)")
+    return path
+
+
+def load_records(run: str | Path) -> list[TrajectoryRecord]:
+    """Every complete record of a run, in file order (a torn last line is ignored)."""
+    from envhub.store import read_jsonl
+
+    return [TrajectoryRecord.model_validate(r) for r in read_jsonl(trajectories_path(run))]
+
+
+def has_tokens(record: TrajectoryRecord) -> bool:
+    return bool(record.prompt_ids) or bool(record.response_ids)
+
+
+def select(records: Iterable[TrajectoryRecord], *, include_infra: bool = False,
+           require_tokens: bool = True) -> Selection:
+    """Apply the default training rule: infra failures out (counted), token-less records out.
+
+    Infra failures (``env_error``, ``verifier_error``, ``engine_error``) are not the model's
+    doing; scoring them as its failures would teach it to avoid our bugs. They stay countable.
+    """
+    sel = Selection(records=[])
+    for rec in records:
+        if rec.outcome_class is OutcomeClass.INFRA_FAILURE and not include_infra:
+            sel.excluded_infra += 1
+        elif require_tokens and not has_tokens(rec):
+            sel.skipped_no_tokens += 1
+        else:
+            sel.records.append(rec)
+    return sel
+
+
+def check_token_view(rec: TrajectoryRecord) -> None:
+    """Refuse to export a record whose token view is inconsistent (lengths differ)."""
+    n = len(rec.response_ids)
+    if len(rec.response_mask) != n or len(rec.response_logprobs) != n:
+        raise ValueError(
+            f"episode {rec.episode_id}: response_ids ({n}), response_mask ({len(rec.response_mask)}) "
+            f"and response_logprobs ({len(rec.response_logprobs)}) differ in length; run `envhub audit`"
+        )
+
+
+def group_indices(records: Iterable[TrajectoryRecord]) -> dict[str, int]:
+    """A dense integer per ``group_id`` in order of first appearance (trainers want ints)."""
+    out: dict[str, int] = {}
+    for rec in records:
+        out.setdefault(rec.group_id, len(out))
+    return out
+
+
+def envhub_metadata(rec: TrajectoryRecord) -> dict[str, Any]:
+    """The ids and outcome that every export carries beside the token view."""
+    return {
+        "episode_id": rec.episode_id,
+        "task_id": rec.task_id,
+        "env_id": rec.env_id,
+        "group_id": rec.group_id,
+        "sample_index": rec.sample_index,
+        "split": rec.split,
+        "outcome": rec.outcome.value,
+        "outcome_class": rec.outcome_class.value if rec.outcome_class else None,
+        "outcome_detail": rec.outcome_detail,
+        "num_turns": rec.num_turns,
+        "policy": rec.policy,
+        "model": rec.versions.model,
+    }
+
+
+def task_prompt_messages(rec: TrajectoryRecord) -> list[dict[str, str]]:
+    """The messages before the first assistant turn (system + user): the task's prompt."""
+    out = []
+    for m in rec.messages:
+        if m.role == "assistant":
+            break
+        out.append({"role": m.role, "content": m.content})
+    return out
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temp path beside ``path``; on success it replaces ``path`` in one rename.
+
+    A crash or kill mid-export leaves the previous file (or none), never a torn one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return Path(path)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def read_jsonl_rows(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def write_parquet_atomic(path: str | Path, table: Any) -> Path:
+    import pyarrow.parquet as pq
+
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return Path(path)

@@ -1,0 +1,103 @@
+"""slime and Miles export: one ``Sample`` per episode, as ``Sample.to_dict()`` writes it.
+
+Both projects (Miles is a fork of slime) train from ``slime.utils.types.Sample`` /
+``miles.utils.types.Sample``: ``tokens`` is prompt + response, ``response_length`` counts the
+response tokens, and ``loss_mask`` / ``rollout_log_probs`` cover only the response (their
+lengths equal ``response_length``). ``status`` is one of ``completed``, ``truncated``,
+``aborted`` or ``failed``. Each line of ``samples.jsonl`` loads with ``Sample.from_dict``;
+``prompts.jsonl`` is the run's tasks as a prompt dataset for the online generate functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from envhub.types import Outcome, OutcomeClass, TrajectoryRecord
+
+from .common import (
+    check_token_view,
+    envhub_metadata,
+    group_indices,
+    read_jsonl_rows,
+    task_prompt_messages,
+    write_jsonl_atomic,
+)
+
+#: envhub outcome -> slime ``Sample.Status`` value.
+STATUS = {
+    Outcome.SUCCESS: "completed",
+    Outcome.WRONG_ANSWER: "completed",
+    Outcome.FORMAT_ERROR: "completed",
+    Outcome.BUDGET_EXHAUSTED: "truncated",
+    Outcome.CONTEXT_OVERFLOW: "truncated",
+    Outcome.ENGINE_ERROR: "aborted",
+    Outcome.ENV_ERROR: "failed",
+    Outcome.VERIFIER_ERROR: "failed",
+}
+
+
+def sample_status(outcome: Outcome) -> str:
+    """Policy failures are *completed* samples with reward 0: the model's doing, so trainable.
+
+    Truncations keep slime's ``truncated``; a model-server failure is ``aborted`` (slime's word
+    for a request the engine gave up); env or verifier crashes are ``failed``.
+    """
+    return STATUS[outcome]
+
+
+def to_sample_dict(rec: TrajectoryRecord, *, group_index: int, index: int) -> dict[str, Any]:
+    check_token_view(rec)
+    infra = rec.outcome_class is OutcomeClass.INFRA_FAILURE
+    return {
+        "group_index": group_index,
+        "index": index,
+        "prompt": task_prompt_messages(rec),
+        "tokens": list(rec.prompt_ids) + list(rec.response_ids),
+        "response": "".join(t.action_text for t in rec.turns),
+        "response_length": len(rec.response_ids),
+        "label": None,  # envhub keeps answers hidden; the reward is already computed
+        "reward": float(rec.reward),
+        "loss_mask": list(rec.response_mask),
+        "weight_versions": [v for v in rec.versions.weight_versions if v is not None],
+        "rollout_log_probs": list(rec.response_logprobs),
+        "remove_sample": infra,  # included on request only: never a gradient from our failures
+        "status": sample_status(rec.outcome),
+        "metadata": {"envhub": envhub_metadata(rec)},
+    }
+
+
+def prompt_rows(records: Sequence[TrajectoryRecord]) -> list[dict[str, Any]]:
+    """A prompt dataset (``--input-key prompt --metadata-key metadata``) of the run's tasks, for
+    training online with :func:`envhub.adapters.slime.generate` / :mod:`envhub.adapters.miles`."""
+    seen: set[tuple[str, str]] = set()
+    rows = []
+    for rec in records:
+        if (rec.env_id, rec.task_id) not in seen:
+            seen.add((rec.env_id, rec.task_id))
+            rows.append({"prompt": task_prompt_messages(rec), "label": "",
+                         "metadata": {"envhub": {"env_id": rec.env_id, "task_id": rec.task_id}}})
+    return rows
+
+
+def export_samples(records: Sequence[TrajectoryRecord], out: Path) -> list[Path]:
+    groups = group_indices(records)
+    rows = (to_sample_dict(r, group_index=groups[r.group_id], index=i) for i, r in enumerate(records))
+    return [write_jsonl_atomic(out / "samples.jsonl", rows),
+            write_jsonl_atomic(out / "prompts.jsonl", prompt_rows(records))]
+
+
+def read_samples(out: Path) -> list[dict[str, Any]]:
+    rows = []
+    for row in read_jsonl_rows(out / "samples.jsonl"):
+        meta = row["metadata"]["envhub"]
+        n = row["response_length"]
+        split = len(row["tokens"]) - n
+        rows.append({
+            **{k: meta[k] for k in ("episode_id", "task_id", "group_id", "sample_index", "outcome")},
+            "prompt_ids": row["tokens"][:split], "response_ids": row["tokens"][split:],
+            "response_mask": row["loss_mask"], "response_logprobs": row["rollout_log_probs"],
+            "reward": row["reward"],
+        })
+    return rows

@@ -1,0 +1,180 @@
+"""A policy that plays envhub episodes through an OpenAI-compatible ``/v1/chat/completions``.
+
+This is how envhub runs inside harnesses that own the model behind an OpenAI endpoint: Miles'
+session server (its agent function gets a ``base_url``), our own TITO server
+(:mod:`envhub.adapters.tito`), or any chat server. The agent keeps the conversation as the
+client-side message list and only ever *appends* to it (the server's replies unchanged, the
+env's new messages), so a session server never sees a rewritten history.
+
+With a TITO server (``tito=True``) each episode gets its own session; the sampled text and token
+ids come back in the response's ``envhub`` field and the full masked token view from
+``/sessions/{id}/trajectory``, so ``run_rollouts`` records token-exact trajectories. Against
+other servers the record has the actions as text only (no token view).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from envhub.env import Env
+from envhub.errors import EngineError
+from envhub.parsing import format_tool_call
+from envhub.policies import PolicyOutput
+from envhub.types import Message, Observation, TokenView, ToolSpec
+
+log = logging.getLogger(__name__)
+
+
+def openai_message(m: Message) -> dict[str, Any]:
+    d: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.name and m.role == "tool":
+        d["name"] = m.name
+    if m.tool_call_id:
+        d["tool_call_id"] = m.tool_call_id
+    return d
+
+
+def action_text(message: dict[str, Any]) -> str:
+    """An assistant message as envhub action text: its content, then Hermes blocks for any
+    structured tool calls (the env parses tool calls out of the text)."""
+    parts = [message.get("content") or ""]
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        args = fn.get("arguments") or {}
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError:
+                args = {"__unparsed__": args}  # the env reports it to the model as a bad call
+        parts.append(format_tool_call(fn.get("name", ""), args))
+    return "\n".join(p for p in parts if p)
+
+
+class OpenAIChatAgent:
+    """One episode's conversation with a chat endpoint (see the module docstring)."""
+
+    def __init__(self, client: Any, chat_url: str, tools: list[ToolSpec], request_kwargs: dict[str, Any],
+                 session_url: str | None) -> None:
+        self.client, self.chat_url, self.session_url = client, chat_url, session_url
+        self.tools = [t.to_openai() for t in tools]
+        self.request_kwargs = request_kwargs
+        self.messages: list[dict[str, Any]] = []
+        self._pending_call_ids: list[str] = []
+        self._cached: dict[str, Any] | None = None
+
+    def _add_observation(self, observation: Observation) -> None:
+        for m in observation.messages:
+            d = openai_message(m)
+            if m.role == "tool" and not d.get("tool_call_id") and self._pending_call_ids:
+                d["tool_call_id"] = self._pending_call_ids.pop(0)  # OpenAI servers require the pairing
+            self.messages.append(d)
+
+    def act(self, observation: Observation) -> PolicyOutput:
+        self._add_observation(observation)
+        self._cached = None
+        payload = {"model": self.request_kwargs.get("model", "envhub"), **self.request_kwargs,
+                   "messages": self.messages}
+        if self.tools:
+            payload["tools"] = self.tools
+        try:
+            response = self.client.post(self.chat_url, json=payload)
+        except Exception as exc:  # network failures are the server's, not the model's
+            raise EngineError(f"chat endpoint unreachable: {exc!r}") from exc
+        if response.status_code >= 400:
+            raise EngineError(f"chat endpoint answered {response.status_code}: {response.text[:500]}")
+        body = response.json()
+        choice = body["choices"][0]
+        message = {k: v for k, v in choice["message"].items() if v is not None}
+        self.messages.append(message)
+        self._pending_call_ids = [c["id"] for c in message.get("tool_calls") or [] if c.get("id")]
+        extra = body.get("envhub") or {}
+        finish = {"tool_calls": "stop"}.get(choice.get("finish_reason"), choice.get("finish_reason"))
+        return PolicyOutput(
+            text=extra.get("text", action_text(message)),
+            token_ids=list(extra.get("token_ids", [])),
+            logprobs=list(extra.get("logprobs", [])),
+            finish_reason=finish,
+            weight_version=extra.get("weight_version"),
+        )
+
+    def _trajectory(self) -> dict[str, Any] | None:
+        """The session's record, or None when there is none to trust (no session, the server is
+        gone, or the history diverged -- impossible for this agent, which only appends)."""
+        if self.session_url is None:
+            return None
+        if self._cached is None:
+            try:
+                response = self.client.get(f"{self.session_url}/trajectory")
+                response.raise_for_status()
+                traj = response.json()
+            except Exception as exc:
+                log.warning("no token record from %s: %r", self.session_url, exc)
+                return None
+            if traj["divergences"]:
+                log.warning("session %s diverged; recording no token view", traj["session_id"])
+                return None
+            self._cached = traj
+        return self._cached
+
+    def token_view(self) -> TokenView | None:
+        traj = self._trajectory()
+        if traj is None:
+            return None
+        return TokenView(prompt_ids=traj["prompt_ids"], response_ids=traj["response_ids"],
+                         response_mask=traj["response_mask"], response_logprobs=traj["response_logprobs"])
+
+    def observation_ids(self) -> list[list[int]]:
+        traj = self._trajectory()
+        if traj is None or not traj["segments"]:
+            return []
+        seg = traj["segments"][-1]
+        turns = seg["turns"]
+        out = []
+        for i, turn in enumerate(turns):
+            start = turn["start"] + len(turn["token_ids"])
+            end = turns[i + 1]["start"] if i + 1 < len(turns) else len(seg["response_ids"])
+            out.append(seg["response_ids"][start:end])
+        return out
+
+
+class OpenAIChatPolicy:
+    """Drive episodes through ``base_url`` + ``/v1/chat/completions``.
+
+    ``base_url`` is a server root (``http://host:port``) or, for Miles' agent functions, a
+    session's base URL. With ``tito=True`` the server is envhub's TITO server and every episode
+    opens its own session there (token-exact records).
+    """
+
+    name = "openai"
+
+    def __init__(self, base_url: str, *, tito: bool = False, request_kwargs: dict[str, Any] | None = None,
+                 timeout: float = 300.0, client: Any = None) -> None:
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        self.tito = tito
+        self.request_kwargs = dict(request_kwargs or {})
+        self.client = client or httpx.Client(timeout=timeout)
+
+    def start(self, env: Env, observation: Observation, *, seed: int) -> OpenAIChatAgent:
+        session_url = None
+        chat_url = f"{self.base_url}/v1/chat/completions"
+        if self.tito:
+            response = self.client.post(f"{self.base_url}/sessions", json={"metadata": {
+                "env_id": env.env_id, "task_id": env.episode.task.task_id if env.episode else None}})
+            response.raise_for_status()
+            session_url = response.json()["base_url"]
+            chat_url = f"{session_url}/v1/chat/completions"
+        kwargs = dict(self.request_kwargs)
+        if "seed" not in kwargs and self.tito:
+            kwargs["seed"] = seed
+        return OpenAIChatAgent(self.client, chat_url, observation.tools, kwargs, session_url)
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": f"openai:{self.base_url}", "sampling_params": {
+            k: v for k, v in self.request_kwargs.items() if k not in ("model",)}}
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,170 @@
+"""TRL integration: a ``rollout_func`` for ``GRPOTrainer`` that plays whole envhub episodes.
+
+TRL's contract (``trl.GRPOTrainer(rollout_func=...)``, experimental in trl 1.x): the function
+gets this process's slice of prompts (each prompt already repeated ``num_generations`` times by
+TRL's sampler) and the trainer, and returns one completion per entry as a dict with
+``prompt_ids``, ``completion_ids`` and ``logprobs``; ``env_mask`` (1 = the model's token,
+0 = env feedback) is multiplied into the loss mask; every other key is handed to the reward
+functions. Here one entry is one envhub episode: the prompt's task is reset in an env, the
+trainer's current model plays it through :class:`~envhub.trainer.model_policy.ModelPolicy` (token
+in, token out), and the episode's masked token view becomes the completion.
+
+Rewards come from envhub's verifier, not from TRL: :func:`envhub_reward` is the reward function
+to pass as ``reward_funcs``. Infra-failure episodes (our fault, not the model's) get reward
+``None`` -- TRL then leaves them out of the group baseline and gives them zero advantage -- and
+an all-zero ``env_mask``, so they never produce a gradient.
+
+TRL passes the rollout function only the prompts, so the task of each prompt is looked up from
+the dataset that :func:`trl_dataset` built (its ``prompt`` column is the env's opening messages).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from envhub.types import OutcomeClass, TrajectoryRecord
+
+
+def _prompt_key(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return json.dumps(prompt)
+    return json.dumps([[m["role"], m["content"]] for m in prompt], ensure_ascii=False)
+
+
+def trl_dataset(env_id: str, *, split: str = "train", limit: int | None = None,
+                env_kwargs: dict[str, Any] | None = None) -> Any:
+    """A ``datasets.Dataset`` of the env's tasks: ``prompt`` (the opening messages, conversational
+    form), ``task_id`` and ``env_id``."""
+    from datasets import Dataset
+
+    from envhub.registry import make
+
+    env = make(env_id, split=split, **(env_kwargs or {}))
+    rows = []
+    try:
+        for task_id in list(env.tasks.task_ids(split))[: limit]:
+            obs = env.reset(task_id=task_id)
+            rows.append({"prompt": [{"role": m.role, "content": m.content} for m in obs.messages],
+                         "task_id": task_id, "env_id": env_id})
+    finally:
+        env.close()
+    return Dataset.from_list(rows)
+
+
+def envhub_reward(prompts: list[Any], completions: list[Any], envhub_reward: list[float | None],
+                  **kwargs: Any) -> list[float | None]:
+    """Reward function for ``GRPOTrainer(reward_funcs=[envhub_reward])``: the verifier's reward
+    that :class:`EnvhubRolloutFunc` computed (``None`` for an infra failure)."""
+    return list(envhub_reward)
+
+
+class EnvhubRolloutFunc:
+    """A ``rollout_func`` (see the module docstring). Construct it with the dataset's rows so it
+    can map each prompt to its task; call it as TRL does: ``func(prompts, trainer)``."""
+
+    def __init__(self, env_id: str, dataset: Any, *, split: str = "train", env_kwargs: dict[str, Any] | None = None,
+                 max_new_tokens: int | None = None, max_context: int | None = None, concurrency: int = 8,
+                 include_infra: bool = False) -> None:
+        self.env_id, self.split, self.env_kwargs = env_id, split, dict(env_kwargs or {})
+        self.max_new_tokens, self.max_context = max_new_tokens, max_context
+        self.concurrency = max(1, concurrency)
+        self.include_infra = include_infra
+        self.tasks: dict[str, str] = {}
+        for row in dataset:
+            self.tasks.setdefault(_prompt_key(row["prompt"]), row["task_id"])
+        self.calls = 0
+        self.records: list[TrajectoryRecord] = []  # the last call's episodes, for inspection
+        self._lock = threading.Lock()
+
+    def _sampling(self, trainer: Any) -> Any:
+        from envhub.trainer.engine import SamplingParams
+
+        args = trainer.args
+        return SamplingParams(
+            max_new_tokens=int(self.max_new_tokens or getattr(args, "max_completion_length", None) or 256),
+            temperature=float(getattr(args, "temperature", 1.0) or 0.0),
+            top_p=float(getattr(args, "top_p", 1.0) or 1.0),
+            top_k=int(getattr(args, "top_k", 0) or 0),
+        )
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        from envhub.rollout import EpisodePlan
+        from envhub.trainer.engines.transformers_engine import TransformersEngine
+        from envhub.trainer.model_policy import ModelPolicy
+
+        task_ids = []
+        for prompt in prompts:
+            task_id = self.tasks.get(_prompt_key(prompt))
+            if task_id is None:
+                raise ValueError("a prompt that is not in the envhub dataset this rollout_func was built with; "
+                                 "build the trainer's dataset with envhub.adapters.trl.trl_dataset")
+            task_ids.append(task_id)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        step = int(getattr(trainer.state, "global_step", 0))
+        tokenizer = trainer.processing_class
+        engine = TransformersEngine(model, tokenizer, max_context=self.max_context, weight_version=f"trl-step-{step}",
+                                    max_batch_size=len(prompts))
+        policy = ModelPolicy(engine, tokenizer, params=self._sampling(trainer), max_context=self.max_context,
+                             name="trl", model_id=str(getattr(model.config, "_name_or_path", "") or "trl-model"))
+        self.calls += 1
+        plans = []
+        for i, task_id in enumerate(task_ids):
+            seed = int(hashlib.sha1(f"{task_id}|{step}|{self.calls}|{i}".encode()).hexdigest()[:8], 16)
+            group = hashlib.sha1(f"{task_id}|{step}|{self.calls}".encode()).hexdigest()[:16]
+            plans.append(EpisodePlan(f"trl-{group}-{i}", group, task_id, i, seed))
+        try:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(plans))) as pool:
+                records = list(pool.map(self._play, plans, [policy] * len(plans)))
+        finally:
+            engine.close()
+            model.train(was_training)
+        self.records = records
+        return self.to_output(records, pad_id=_pad_id(tokenizer))
+
+    def _play(self, plan: Any, policy: Any) -> TrajectoryRecord:
+        from envhub.registry import make
+        from envhub.rollout import run_episode
+
+        env = make(self.env_id, split=self.split, **self.env_kwargs)
+        try:
+            return run_episode(env, policy, plan, {"policy": policy.name, **policy.describe()})
+        finally:
+            env.close()
+
+    def to_output(self, records: Sequence[TrajectoryRecord], *, pad_id: int) -> dict[str, list[Any]]:
+        """Records as TRL's rollout output. An empty response (an episode that failed before the
+        model sampled anything) becomes one masked pad token: TRL needs a token per completion."""
+        out: dict[str, list[Any]] = {k: [] for k in (
+            "prompt_ids", "completion_ids", "logprobs", "env_mask", "envhub_reward", "envhub_outcome",
+            "envhub_episode_id")}
+        for rec in records:
+            infra = rec.outcome_class is OutcomeClass.INFRA_FAILURE
+            ids, mask, lps = list(rec.response_ids), list(rec.response_mask), list(rec.response_logprobs)
+            if not ids:
+                ids, mask, lps = [pad_id], [0], [0.0]
+            if infra and not self.include_infra:
+                mask = [0] * len(ids)
+            out["prompt_ids"].append(list(rec.prompt_ids))
+            out["completion_ids"].append(ids)
+            out["logprobs"].append(lps)
+            out["env_mask"].append(mask)
+            out["envhub_reward"].append(None if infra and not self.include_infra else float(rec.reward))
+            out["envhub_outcome"].append(rec.outcome.value)
+            out["envhub_episode_id"].append(rec.episode_id)
+        return out
+
+
+def make_rollout_func(env_id: str, dataset: Any, **options: Any) -> EnvhubRolloutFunc:
+    """``GRPOTrainer(rollout_func=make_rollout_func(env_id, ds), reward_funcs=[envhub_reward], ...)``."""
+    return EnvhubRolloutFunc(env_id, dataset, **options)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return int(pad if pad is not None else tokenizer.eos_token_id)

@@ -1,0 +1,184 @@
+"""The code-repair episode and its verifier, on real instances, in the selected sandbox backend."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+import envhub
+from envhub.parsing import format_tool_call
+from envhub.tasks.code_repair.workspace import agent_files, project_sources, project_tests
+from envhub.verifiers.pytest_grader import run_hidden_tests
+from envhub.verifiers.suite import run_suite
+
+ENV = "envhub/CodeRepair-v0"
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = envhub.make(ENV, split="train")
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def sample(env):
+    """One instance per difficulty plus one with visible tests, from the real manifest."""
+    insts = env.tasks.manifest.by_split("train")
+    chosen = [next(i for i in insts if i.difficulty == d) for d in (1, 2, 3)]
+    chosen.append(next(i for i in insts if [t for t in i.visible_tests if "[" not in t] and i not in chosen))
+    return chosen
+
+
+def test_the_agent_never_sees_hidden_tests(env, sample):
+    for inst in sample:
+        obs = env.reset(task_id=inst.instance_id)
+        files = env.step(format_tool_call("list_files", {})).messages[0].content.splitlines()
+        hidden = project_tests(inst.project)
+        for path in files:
+            assert path.startswith("src/") or path.startswith("tests/"), path
+            if path.startswith("tests/"):
+                shown = env.sandbox().read_file(path).decode()
+                assert shown != hidden[path]  # a pruned copy, never the hidden file
+        assert "def test_" not in obs.messages[1].content
+        for test in inst.fail_to_pass:
+            assert test.split("::")[-1] not in obs.messages[1].content
+        env.abort(envhub.Outcome.FORMAT_ERROR, "test done")
+
+
+def test_file_tools_and_explained_errors(env, sample):
+    inst = sample[0]
+    env.reset(task_id=inst.instance_id)
+    path = sorted(inst.buggy_files)[0]
+    text = env.step(format_tool_call("read_file", {"path": path, "start_line": 2, "end_line": 3})).messages[0].content
+    lines = inst.buggy_files[path].splitlines()
+    assert text.splitlines() == [f"    2  {lines[1]}", f"    3  {lines[2]}"]
+    missing = env.step(format_tool_call("read_file", {"path": "src/nope.py"})).messages[0].content
+    assert missing == "Error: no such file or directory: src/nope.py"
+    escape = env.step(format_tool_call("read_file", {"path": "../../etc/passwd"})).messages[0].content
+    assert escape.startswith("Error:")
+    twice = env.step(format_tool_call("str_replace", {"path": path, "old": "", "new": "x"})).messages[0].content
+    assert "must occur exactly once" in twice
+    found = env.step(format_tool_call("search", {"pattern": "def ", "path": "src"})).messages[0].content
+    assert path in found
+    ran = env.step(format_tool_call("run", {"command": "echo hi && exit 3"})).messages[0].content
+    assert ran == "hi\n[exit code 3]"
+    assert env.episode.format_errors == 0
+    env.abort(envhub.Outcome.FORMAT_ERROR, "test done")
+
+
+def test_visible_tests_run_in_the_agent_sandbox(env, sample):
+    inst = sample[3]
+    env.reset(task_id=inst.instance_id)
+    out = env.step(format_tool_call("run", {"command": "PYTHONPATH=src python3 -m pytest -q tests 2>&1 | tail -1"}))
+    assert "passed" in out.messages[0].content or "failed" in out.messages[0].content
+    env.abort(envhub.Outcome.FORMAT_ERROR, "test done")
+
+
+def test_gold_passes_noop_and_every_attack_fail(sample):
+    report = run_suite(lambda: envhub.make(ENV, split="train"), [i.instance_id for i in sample], jobs=2)
+    rows = report.by_case()
+    assert rows["gold"]["rate"] == 1.0, rows["gold"]["violations"]
+    assert len(rows) >= 20
+    for name, row in rows.items():
+        assert row["violations"] == [], (name, row["violations"])
+
+
+def test_a_str_replace_fix_succeeds_and_a_partial_fix_gets_partial_credit(sample):
+    inst = next(i for i in sample if i.difficulty == 2)
+    original = project_sources(inst.project)
+    env = envhub.make(ENV, split="train", partial_credit=True)
+    env.reset(task_id=inst.instance_id)
+    path = sorted(inst.buggy_files)[0]
+    env.step(format_tool_call("write_file", {"path": path, "content": original[path]}))
+    obs = env.step(format_tool_call("submit", {}))
+    details = obs.verdict.layers[-1].details
+    if len(inst.buggy_files) == 1:
+        assert obs.outcome is envhub.Outcome.SUCCESS and obs.reward == 1.0
+    else:  # one of two buggy files fixed
+        assert obs.outcome is envhub.Outcome.WRONG_ANSWER
+        assert 0.0 <= obs.reward < 1.0 and details["fail_to_pass"] == len(inst.fail_to_pass)
+    env.close()
+
+
+def test_runtime_grader_alone_rejects_attacks_the_integrity_gate_would_catch(env, sample):
+    """Defense in depth: even without the integrity gate, planted files and early exits fail."""
+    inst = sample[0]
+    path = sorted(inst.buggy_files)[0]
+    buggy = agent_files(inst)
+    src = {p: t for p, t in buggy.items() if p.startswith("src/")}
+    fixed = {**src, path: project_sources(inst.project)[path]}
+    allpass = "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n" \
+              "    o = yield\n    o.get_result().outcome = 'passed'\n"
+    attacks = {
+        "conftest in src": {**src, "src/conftest.py": allpass},
+        "sitecustomize in src": {**src, "src/sitecustomize.py": "import sys; sys.exit(0)\n"},
+        ".pth in src": {**src, "src/a.pth": "import os; os._exit(0)\n"},
+        "os._exit at import": {**src, path: "import os\nos._exit(0)\n" + src[path]},
+        "keyboard interrupt": {**src, path: "raise KeyboardInterrupt\n" + src[path]},
+        "skip everything": {**src, path: "import pytest\npytest.skip('x', allow_module_level=True)\n" + src[path]},
+        "fake output": {**src, path: "print('PASSED ' * 99)\n" + src[path]},
+    }
+    with env.grading_sandbox() as sb:
+        assert run_hidden_tests(sb, files=fixed, tests=project_tests(inst.project),
+                                expected=inst.expected_tests).all_passed
+    for name, files in attacks.items():
+        with env.grading_sandbox() as sb:
+            result = run_hidden_tests(sb, files=files, tests=project_tests(inst.project), expected=inst.expected_tests)
+        assert not result.all_passed, name
+
+
+def test_submissions_from_elsewhere_as_patch_or_file_set(tmp_path, sample):
+    inst = sample[1]
+    original = project_sources(inst.project)
+    rows = [
+        {"task_id": inst.instance_id, "submission": inst.patch},
+        {"task_id": inst.instance_id, "submission": {p: original[p] for p in inst.buggy_files}},
+        {"task_id": inst.instance_id, "submission": {"tests/test_x.py": "def test_ok(): pass\n"}},
+        {"task_id": inst.instance_id, "submission": "--- a/src/zz.py\n+++ b/src/zz.py\n@@ -1 +1 @@\n-a\n+b\n"},
+    ]
+    sub = tmp_path / "subs.jsonl"
+    sub.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = subprocess.run(["envhub", "verify", ENV, "--split", "train", "--submissions", str(sub)],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    graded = [json.loads(line) for line in out.splitlines()]
+    assert [g.get("outcome") for g in graded[:3]] == ["success", "success", "format_error"]
+    assert "does not exist" in graded[3]["error"]
+
+
+def test_harbor_export_grades_like_envhub(tmp_path, sample):
+    inst = sample[0]
+    out = tmp_path / "harbor"
+    res = subprocess.run(["envhub", "tasks", "export", ENV, str(out), "--format", "harbor", "--split", "train",
+                          "--limit", "1"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    [task] = list(out.iterdir())
+    for name in ("instruction.md", "task.toml", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh"):
+        assert (task / name).is_file(), name
+    hidden = set(project_tests(inst.project).values())
+    assert not any(p.read_text() in hidden for p in (task / "environment").rglob("*.py"))
+    for solve, expected in ((False, "0"), (True, "1")):
+        app, logs = tmp_path / f"app{solve}", tmp_path / f"logs{solve}"
+        shutil.copytree(task / "environment" / "repo", app)
+        env = {"ENVHUB_APP_DIR": str(app), "ENVHUB_LOG_DIR": str(logs), "PATH": "/usr/bin:/bin"}
+        if solve:
+            subprocess.run(["bash", str(task / "solution" / "solve.sh")], env=env, check=True)
+        subprocess.run(["bash", str(task / "tests" / "test.sh")], env=env, check=True, capture_output=True)
+        assert (logs / "reward.txt").read_text().strip() == expected
+
+
+def test_unknown_instance_is_a_clear_error(env):
+    with pytest.raises(KeyError, match="unknown code-repair instance"):
+        env.reset(task_id="nope-123")
+
+
+def test_manifest_has_300_validated_instances_split_by_project(env):
+    manifest = env.tasks.manifest
+    assert len(manifest.instances) >= 300
+    by_split = {}
+    for p in manifest.projects:
+        by_split.setdefault(p.split, set()).add(p.name)
+    assert set(by_split) == {"train", "validation", "test"}
+    assert not (by_split["train"] & by_split["test"]) and not (by_split["train"] & by_split["validation"])
+    assert {i.difficulty for i in manifest.instances} == {1, 2, 3}

@@ -1,0 +1,102 @@
+"""TRL: a real ``trl.GRPOTrainer`` trains the tiny model for 2 steps on CPU, its completions coming
+from envhub episodes through :class:`envhub.adapters.trl.EnvhubRolloutFunc`.
+
+TRL's contract (trl >= 1.x ``rollout_func``): the function receives this process's prompts, each
+already repeated ``num_generations`` times, and returns one completion per entry as
+``prompt_ids``, ``completion_ids``, ``logprobs``, optionally ``env_mask``; other keys reach the
+reward functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+trl = pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+
+from envhub.adapters.testing import shared_token_run, smollm2_tokenizer  # noqa: E402
+from envhub.adapters.trl import EnvhubRolloutFunc, envhub_reward, make_rollout_func, trl_dataset  # noqa: E402
+
+ENV = "envhub/Computation-v0"
+ENV_KWARGS = {"budget": {"max_turns": 2, "max_format_errors": 2}}
+
+
+def spread(envhub_episode_id: list[str], **kwargs: Any) -> list[float]:
+    """A second reward that differs within a group, so the GRPO loss (and the update) is not zero:
+    the random tiny model never solves a task, so envhub's reward alone is 0 for every sample.
+    (It reads an extra field of the rollout output, as TRL hands those to reward functions.)"""
+    return [int(hashlib.sha1(e.encode()).hexdigest()[:4], 16) / 65535 for e in envhub_episode_id]
+
+
+def test_grpo_trainer_runs_two_steps_on_envhub_episodes(tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from envhub.trainer.tiny import build_tiny_model
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    path = build_tiny_model()
+    tokenizer = smollm2_tokenizer()
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    dataset = trl_dataset(ENV, limit=2, env_kwargs=ENV_KWARGS)
+    assert dataset.column_names == ["prompt", "task_id", "env_id"]
+    rollout = make_rollout_func(ENV, dataset, env_kwargs=ENV_KWARGS, max_new_tokens=8)
+    seen: list[list[Any]] = []
+
+    def spy(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        seen.append(prompts)
+        return rollout(prompts, trainer)
+
+    config = trl.GRPOConfig(
+        output_dir=str(tmp_path / "out"), bf16=False, use_cpu=True, per_device_train_batch_size=2,
+        num_generations=2, max_steps=2, max_completion_length=8, learning_rate=1e-2, logging_steps=1,
+        report_to="none", save_strategy="no", temperature=1.0, seed=0,
+    )
+    trainer = trl.GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[envhub_reward, spread],
+                              args=config, train_dataset=dataset, rollout_func=spy)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    result = trainer.train()
+
+    assert result.global_step == 2 and len(seen) == 2
+    for prompts in seen:  # TRL repeats each prompt num_generations times; one episode per entry
+        assert len(prompts) == 2 and prompts[0] == prompts[1]
+    records = rollout.records
+    assert len(records) == 2 and all(r.prompt_ids and r.response_ids for r in records)
+    for rec in records:
+        assert rec.num_turns == 2  # the env's reply is in the completion, masked
+        assert rec.response_mask[0] == 1 and 0 in rec.response_mask
+        assert all(math.isfinite(lp) and lp <= 0 for lp, m in zip(rec.response_logprobs, rec.response_mask,
+                                                                    strict=True) if m)
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    changed = [n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())]
+    assert changed, "two GRPO steps did not update the model"
+    assert model.training  # the rollout handed the model back in training mode
+
+
+def test_output_masks_infra_failures(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from envhub.adapters.export import load_records
+
+    records = load_records(shared_token_run(tmp_path_factory.getbasetemp()))
+    func = EnvhubRolloutFunc(ENV, [])
+    out = func.to_output(records, pad_id=0)
+    assert set(out) >= {"prompt_ids", "completion_ids", "logprobs", "env_mask", "envhub_reward"}
+    for i, rec in enumerate(records):
+        assert len(out["completion_ids"][i]) == len(out["logprobs"][i]) == len(out["env_mask"][i])
+        if rec.outcome.value == "engine_error":
+            assert out["envhub_reward"][i] is None and set(out["env_mask"][i]) == {0}
+        else:
+            assert out["envhub_reward"][i] == rec.reward and out["env_mask"][i] == rec.response_mask
+    assert envhub_reward([], [], out["envhub_reward"]) == out["envhub_reward"]
+
+
+def test_unknown_prompt_is_a_clear_error() -> None:
+    func = EnvhubRolloutFunc(ENV, [{"prompt": [{"role": "user", "content": "a"}], "task_id": "t"}])
+    with pytest.raises(ValueError, match="not in the envhub dataset"):
+        func([[{"role": "user", "content": "b"}]], trainer=None)
