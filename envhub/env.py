@@ -13,6 +13,7 @@ finished episode), and turns infrastructure faults into the ``env_error`` outcom
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import re
 import time
@@ -300,22 +301,23 @@ class Env:
             episode.metrics.sandbox_seconds += time.monotonic() - t0
         return episode.sandbox
 
-    def _new_sandbox(self) -> Sandbox:
-        """A pristine sandbox: a reset one from the process-wide warm pool, or a cold one."""
-        from envhub.sandboxes import create_sandbox, select_backend, shared_pool  # not at import time
+    def _new_sandbox(self, role: str = "agent") -> Sandbox:
+        """A pristine sandbox: a reset one from the process-wide warm pool of its role, or a cold one."""
+        from envhub.sandboxes import SandboxSpec, create_sandbox, select_backend, shared_pool  # lazily
 
+        spec = dataclasses.replace(self.sandbox_spec or SandboxSpec(), role=role)
         try:
             if self.sandbox_pool > 0:
                 backend = select_backend(self.sandbox_backend)
-                return shared_pool(backend, self.sandbox_spec, size=self.sandbox_pool).acquire()
-            return create_sandbox(self.sandbox_backend, self.sandbox_spec, pooled=False)
+                return shared_pool(backend, spec, size=self.sandbox_pool).acquire()
+            return create_sandbox(self.sandbox_backend, spec, pooled=False)
         except Exception as exc:
             raise InfraError(f"could not start a sandbox: {exc}") from exc
 
     @contextlib.contextmanager
     def grading_sandbox(self) -> Iterator[Sandbox]:
-        """A fresh, pristine sandbox for the verifier: never the one the agent touched."""
-        sandbox = self._new_sandbox()
+        """A pristine sandbox for the verifier, from the grading pool: never one an agent worked in."""
+        sandbox = self._new_sandbox(role="grading")
         try:
             yield sandbox
         finally:

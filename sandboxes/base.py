@@ -7,12 +7,15 @@ protocol only, so a backend can change without touching a task.
 
 from __future__ import annotations
 
+import signal as _signal
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Protocol, runtime_checkable
 
 from envhub.errors import InfraError
 
+#: Backend names, best isolation first.
+BACKENDS = ("docker", "bwrap", "process")
 TRUNCATION_MARKER = "\n[... output truncated by envhub: {dropped} more bytes ...]\n"
 
 
@@ -26,7 +29,13 @@ class SandboxError(InfraError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits applied to every command a sandbox runs."""
+    """Resource limits applied to every command a sandbox runs.
+
+    docker enforces cpus / memory / pids with cgroups for the whole sandbox; bwrap and process
+    can only use per-process rlimits (memory is address space there, pids a per-uid count).
+    ``disk_mb`` sizes each writable tmpfs (work dir, /tmp). ``timeout_s`` is the default
+    wall-clock limit of one ``exec``; ``output_bytes`` caps stdout and stderr separately.
+    """
 
     cpus: float = 1.0
     memory_mb: int = 512
@@ -46,6 +55,8 @@ class ExecResult:
     oom_killed: bool = False
     duration_s: float = 0.0
     truncated: bool = False
+    #: The signal that ended the command (``exit_code`` is then 128 + signal, as in a shell).
+    signal: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -62,9 +73,18 @@ class ExecResult:
             parts.append(f"[timed out after {self.duration_s:.1f}s]")
         elif self.oom_killed:
             parts.append("[killed: out of memory]")
+        elif self.signal:
+            parts.append(f"[killed by signal {_signal_name(self.signal)}, exit code {self.exit_code}]")
         elif self.exit_code != 0:
             parts.append(f"[exit code {self.exit_code}]")
         return "\n".join(parts) if parts else "[no output]"
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return _signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
 
 
 def cap_output(data: bytes, limit: int) -> tuple[str, bool]:
@@ -79,7 +99,7 @@ def workdir_path(root: str, path: str) -> str:
     """Resolve ``path`` inside the sandbox work dir; refuse anything that climbs out of it."""
     pure = PurePosixPath(path)
     if pure.is_absolute():
-        pure = pure.relative_to("/") if not str(pure).startswith(root) else pure.relative_to(root)
+        pure = pure.relative_to(root) if pure.is_relative_to(root) else pure.relative_to("/")
     parts = [p for p in pure.parts if p not in ("", ".")]
     if any(p == ".." for p in parts):
         raise ValueError(f"path {path!r} leaves the work directory")
@@ -129,7 +149,27 @@ class Sandbox(Protocol):
 
 @dataclass
 class SandboxSpec:
-    """What a task needs from a sandbox: which image (docker) and which limits."""
+    """What a task needs from a sandbox: which image (docker) and which limits.
+
+    ``image`` None means the base image (``envhub/base:<version>``); bwrap and process ignore it.
+    """
 
     image: str | None = None
     limits: Limits = field(default_factory=Limits)
+    #: what the sandbox is for ("agent", "grading"); pools never hand one role's sandboxes to another
+    role: str = "agent"
+
+    def key(self) -> tuple[str | None, Limits, str]:
+        """A hashable identity, for pools keyed by spec (the dataclass itself is mutable)."""
+        return (self.image, self.limits, self.role)
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """Whether one backend works on this machine; if not, why and how to fix it."""
+
+    name: str
+    ok: bool
+    reason: str = ""
+    fix: str = ""
+    detail: str = ""

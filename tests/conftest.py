@@ -3,3 +3,32 @@
 import os
 
 os.environ.setdefault("ENVHUB_TESTING", "1")
+
+
+def _pid_alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After the whole suite no envhub container may be left -- ours, or one whose owner died."""
+    from sandbox_fixtures import backend_problem
+
+    from envhub.sandboxes import close_all
+
+    close_all()
+    if backend_problem("docker") is not None:
+        return
+    from envhub.sandboxes.docker_backend import owned_containers
+    from envhub.sandboxes.dockerapi import LABEL_PID
+
+    leaked = [c.id[:12] for c in owned_containers()
+              if c.labels.get(LABEL_PID) == str(os.getpid()) or not _pid_alive(c.labels.get(LABEL_PID, ""))]
+    if leaked:
+        print(f"\nenvhub containers leaked by the test suite: {leaked}")
+        session.exitstatus = 1

@@ -1,0 +1,231 @@
+"""The Docker backend: a hardened container whose PID 1 is the resident executor.
+
+Hardening (see :func:`container_config`): no network, every capability dropped,
+no-new-privileges, a pids limit, a memory limit with swap equal to it (no swap), CPU quota,
+read-only root with size-limited tmpfs for ``/work``, ``/tmp`` and ``/dev/shm``, uid 1000.
+
+We talk to the executor over the container's attach stream (no ``docker exec`` per call). The
+container is created with ``stdin_once`` and ``auto_remove``: when our attach connection closes
+-- ``close()``, or this process dying even by ``kill -9`` -- the executor reads EOF, exits, and
+Docker deletes the container. ``close()`` also force-removes it, so it is gone synchronously.
+Every container carries ``envhub.owned=1`` and our pid/host, which :func:`prune` uses to remove
+leftovers of dead processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from envhub.sandboxes import cleanup
+from envhub.sandboxes.base import SandboxError, SandboxSpec
+from envhub.sandboxes.channel import DockerAttachTransport, Transport
+from envhub.sandboxes.dockerapi import (
+    LABEL_HOST,
+    LABEL_IMAGE,
+    LABEL_INPUTS,
+    LABEL_OWNED,
+    LABEL_PID,
+    docker_client,
+    image_labels,
+    is_not_found,
+    owner_labels,
+)
+from envhub.sandboxes.images import base_image_tag, ensure_base_image
+from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
+
+log = logging.getLogger(__name__)
+
+AGENT_USER = "1000:1000"
+#: How long ``close`` waits for a removal Docker already started (auto_remove of a dead container).
+REMOVAL_WAIT_S = 15.0
+WORKDIR = "/work"
+
+
+def container_config(spec: SandboxSpec, image: str, command: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(create_container kwargs, create_host_config kwargs) for one sandbox. Pure, for tests."""
+    limits = spec.limits
+    memory = f"{limits.memory_mb}m"
+    disk = limits.disk_mb
+    host = {
+        "network_mode": "bridge" if limits.network else "none",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": limits.pids,
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "nano_cpus": int(limits.cpus * 1e9),
+        "read_only": True,
+        "tmpfs": {
+            WORKDIR: f"rw,exec,nosuid,nodev,size={disk}m,uid=1000,gid=1000,mode=0755",
+            "/tmp": f"rw,exec,nosuid,nodev,size={disk}m,mode=1777",
+        },
+        "shm_size": f"{disk}m",
+        "auto_remove": True,
+        "ipc_mode": "private",
+        # Our protocol runs over stdout: keep it out of the json-file log (latency, disk).
+        "log_config": {"type": "none", "config": {}},
+    }
+    create = {
+        "image": image,
+        "command": command,
+        "user": AGENT_USER,
+        "stdin_open": True,  # with detach=False docker-py also sets StdinOnce: see the docstring
+        "detach": False,
+        "tty": False,
+        "working_dir": WORKDIR,
+        "hostname": "sandbox",
+        "network_disabled": not limits.network,
+        "environment": {**BASE_ENV, "HOME": "/tmp", "USER": "agent"},
+        "labels": {},
+    }
+    return create, host
+
+
+class DockerSandbox(ResidentSandbox):
+    backend = "docker"
+    workdir = WORKDIR
+
+    def __init__(self, spec: SandboxSpec | None = None) -> None:
+        super().__init__(spec)
+        self.container_id: str | None = None
+        self.image: str = self.spec.image or base_image_tag()
+
+    def _launch(self) -> Transport:
+        client = docker_client()
+        if self.spec.image is None:
+            ensure_base_image()
+        labels = image_labels(client, self.image)
+        if labels is None:
+            raise SandboxError(f"image {self.image} does not exist here (no registry to pull from); "
+                               f"build it: envhub sandbox build")
+        config = {
+            "workdir": WORKDIR,
+            "wipe": [WORKDIR, "/tmp", "/dev/shm"],
+            "env": {**BASE_ENV, "HOME": "/tmp", "USER": "agent"},
+            "kill_all": True,
+            "oom": "cgroup",
+            "limits": self._rlimits(),
+        }
+        create, host = container_config(self.spec, self.image, executor_argv("python3", config))
+        create["labels"] = {**owner_labels(), "envhub.backend": "docker", LABEL_IMAGE: self.image,
+                            LABEL_INPUTS: labels.get(LABEL_INPUTS, "")}
+        api = client.api
+        container = api.create_container(host_config=api.create_host_config(**host), **create)
+        self.container_id = container["Id"]
+        sock = api.attach_socket(self.container_id, params={"stdin": 1, "stdout": 1, "stream": 1})
+        transport = DockerAttachTransport(sock)
+        try:
+            api.start(self.container_id)
+        except Exception:
+            transport.close()
+            raise
+        return transport
+
+    def _describe(self) -> str:
+        if not self.container_id:
+            return ""
+        try:
+            info = docker_client().api.inspect_container(self.container_id)
+        except Exception as exc:
+            if is_not_found(exc):
+                return f"container {self.container_id[:12]} no longer exists"
+            return f"container {self.container_id[:12]}: cannot inspect ({exc})"
+        state = info.get("State", {})
+        parts = [f"container {self.container_id[:12]} is {state.get('Status')}"]
+        if state.get("Status") != "running":
+            parts.append(f"exit code {state.get('ExitCode')}")
+        if state.get("OOMKilled"):
+            parts.append("OOM-killed")
+        if state.get("Error"):
+            parts.append(state["Error"])
+        return ", ".join(parts)
+
+    def _destroy(self) -> None:
+        if not self.container_id:
+            return
+        api = docker_client().api
+        try:
+            api.remove_container(self.container_id, force=True)
+            return
+        except Exception as exc:
+            if is_not_found(exc):
+                return
+            if "already in progress" not in str(exc):
+                log.warning("could not remove container %s: %s", self.container_id[:12], exc)
+                return
+        # auto_remove got there first (the container died): wait for it, so close() means gone.
+        deadline = time.monotonic() + REMOVAL_WAIT_S
+        while time.monotonic() < deadline:
+            if not api.containers(all=True, filters={"id": self.container_id}):
+                return
+            time.sleep(0.05)
+        log.warning("container %s is still being removed after %.0fs", self.container_id[:12], REMOVAL_WAIT_S)
+
+    def _ident(self) -> str:
+        return (self.container_id or "")[:12]
+
+
+@dataclass(frozen=True)
+class OwnedContainer:
+    id: str
+    labels: dict[str, str]
+    state: str
+
+
+def owned_containers(client: Any | None = None) -> list[OwnedContainer]:
+    """Every container (running or not) labelled ``envhub.owned=1``.
+
+    One list call, no per-container inspect: other envhub processes create and remove
+    containers concurrently, and an inspect of one that just went away would fail.
+    """
+    client = client or docker_client()
+    rows = client.api.containers(all=True, filters={"label": f"{LABEL_OWNED}=1"})
+    return [OwnedContainer(r["Id"], dict(r.get("Labels") or {}), r.get("State", "")) for r in rows]
+
+
+def _owner_alive(labels: dict[str, str]) -> bool:
+    if labels.get(LABEL_HOST) != socket.gethostname():
+        return False  # another machine's engine socket? we cannot tell: treat as leftover
+    try:
+        pid = int(labels.get(LABEL_PID, "0"))
+    except ValueError:
+        return False
+    if pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune(all_owners: bool = False) -> int:
+    """Remove envhub containers left behind; returns how many.
+
+    By default only those whose owning process is gone (so a concurrent envhub run is left
+    alone), plus this process's own containers that no open sandbox accounts for.
+    ``all_owners=True`` removes every envhub-labelled container.
+    """
+    client = docker_client()
+    ours = {getattr(sb, "container_id", None) for sb in cleanup.live()}
+    removed = 0
+    for container in owned_containers(client):
+        labels = container.labels
+        mine_but_untracked = labels.get(LABEL_PID) == str(os.getpid()) and container.id not in ours
+        if all_owners or not _owner_alive(labels) or mine_but_untracked:
+            try:
+                client.api.remove_container(container.id, force=True)
+                removed += 1
+            except Exception as exc:  # gone meanwhile, or its removal is already under way
+                if not is_not_found(exc) and "already in progress" not in str(exc):
+                    log.warning("could not remove %s: %s", container.id[:12], exc)
+    return removed

@@ -1,0 +1,44 @@
+"""Start child processes from one long-lived thread.
+
+Why: bwrap's ``--die-with-parent`` uses ``PR_SET_PDEATHSIG``, which fires when the *thread*
+that forked the child exits -- not the process. A sandbox started from a pool's refill thread
+or a caller's worker thread would be SIGKILLed the moment that thread finished. Forking from a
+daemon thread that lives as long as the process keeps "dies with its parent" meaning "dies
+with this process".
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+_requests: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], tuple[Any, ...], dict[str, Any]]] = \
+    queue.SimpleQueue()
+_thread: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def _serve() -> None:
+    while True:
+        future, args, kwargs = _requests.get()
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(subprocess.Popen(*args, **kwargs))
+        except BaseException as exc:  # handed to the caller, whatever it is
+            future.set_exception(exc)
+
+
+def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(*args, **kwargs)``, forked from the process-lifetime spawner thread."""
+    global _thread
+    with _lock:
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_serve, name="envhub-spawner", daemon=True)
+            _thread.start()
+    future: Future[subprocess.Popen[bytes]] = Future()
+    _requests.put((future, args, kwargs))
+    return future.result()
