@@ -24,6 +24,14 @@ from envhub.types import (
     Verdict,
 )
 
+
+def connect(url: str, token: str | None = None, **options: object) -> object:
+    """A remote env served by ``envhub serve`` with the local env's reset/step API (needs httpx)."""
+    from envhub.client import connect as _connect
+
+    return _connect(url, token, **options)
+
+
 load_plugins()
 
 __all__ = [
@@ -47,6 +55,7 @@ __all__ = [
     "Turn",
     "Verdict",
     "__version__",
+    "connect",
     "get_spec",
     "list_envs",
     "load_plugins",

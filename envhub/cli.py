@@ -79,6 +79,8 @@ def rollout(
     split: str = "train",
     sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | process")] = "auto",
     env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
+    remote: Annotated[str | None, typer.Option(help="drive the env served at this URL (envhub serve)")] = None,
+    token: Annotated[str | None, typer.Option(envvar="ENVHUB_TOKEN", help="bearer token for --remote")] = None,
     progress: bool = True,
 ) -> None:
     """Run episodes; resumable: rerunning with the same --out skips finished episodes."""
@@ -86,7 +88,13 @@ def rollout(
     from envhub.report import render_table
     from envhub.rollout import run_rollouts
 
-    _spec(env_id)
+    env_factory = None
+    if remote:  # the server's env and split are used; env_id names it in the records
+        from envhub.client import remote_env_factory
+
+        env_factory = remote_env_factory(remote, token)
+    else:
+        _spec(env_id)
     try:
         pol = make_policy(policy)
     except (ValueError, ImportError) as exc:
@@ -102,7 +110,7 @@ def rollout(
     try:
         result = run_rollouts(
             env_id, pol, out_dir=out, episodes=episodes, group_size=group_size, seed=seed,
-            concurrency=concurrency, split=split, env_kwargs=env_kwargs,
+            concurrency=concurrency, split=split, env_kwargs=env_kwargs, env_factory=env_factory,
             on_episode=(lambda _r: bar.advance(task)) if bar is not None and task is not None else None,
         )
     except (ValueError, PermissionError, TypeError) as exc:
@@ -246,6 +254,7 @@ BENCHES = {
     "sandbox": "envhub.sandboxes.bench:run_bench",
     "search": "envhub.tasks.retrieval.bench:run_bench",
     "verify": "envhub.tasks.code_repair.bench:run_bench",
+    "serve": "envhub.server.bench:run_bench",
 }
 
 
@@ -274,6 +283,7 @@ SUBCOMMANDS = [
     ("envhub.scaffold", "new_env_command", "new-env"),
     ("envhub.adapters.export", "export_command", "export"),
     ("envhub.adapters.tito", "tito_command", "tito"),
+    ("envhub.server.cli", "serve_command", "serve"),
 ]
 
 

@@ -16,9 +16,10 @@ import contextlib
 import dataclasses
 import random
 import re
+import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 
 SPLITS = ("train", "validation", "test")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_TASK_CACHE: dict[tuple[type, Hashable], TaskSource] = {}
+_TASK_CACHE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,15 @@ class Env:
     def load_tasks(self) -> TaskSource:
         raise NotImplementedError
 
+    def task_cache_key(self) -> Hashable | None:
+        """Identity of this env's task source, if it may be shared by every env of the process.
+
+        Loading a task set can take a while (generating or reading thousands of tasks); envs made
+        for worker threads or server sessions share one source when this returns a key. ``None``
+        (the default) loads a source per env.
+        """
+        return None
+
     def make_verifier(self) -> Verifier:
         raise NotImplementedError
 
@@ -200,8 +212,20 @@ class Env:
     @property
     def tasks(self) -> TaskSource:
         if self._tasks is None:
-            self._tasks = self.load_tasks()
+            key = self.task_cache_key()
+            if key is None:
+                self._tasks = self.load_tasks()
+            else:
+                with _TASK_CACHE_LOCK:
+                    cache_key = (type(self), key)
+                    if cache_key not in _TASK_CACHE:
+                        _TASK_CACHE[cache_key] = self.load_tasks()
+                    self._tasks = _TASK_CACHE[cache_key]
         return self._tasks
+
+    def use_tasks(self, source: TaskSource) -> None:
+        """Use an already-loaded task source, e.g. one that a server shares across its sessions."""
+        self._tasks = source
 
     @property
     def verifier(self) -> Verifier:

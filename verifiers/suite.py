@@ -158,6 +158,8 @@ def grade_submissions(
             verdict = e.play(task_id, lambda task: e.submission_actions(task, row["submission"]))
         except KeyError as exc:
             return {"task_id": task_id, "error": f"unknown task: {exc}"}
+        except ValueError as exc:  # a malformed submission (bad patch, wrong type): say so, grade the rest
+            return {"task_id": task_id, "error": f"invalid submission: {exc}"}
         return {"task_id": task_id, "outcome": verdict.outcome.value, "reward": verdict.reward,
                 "verdict": verdict.model_dump(mode="json")}
 

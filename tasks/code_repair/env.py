@@ -92,6 +92,9 @@ class CodeRepairEnv(Env):
                 "instances": [i for i in manifest.instances if i.difficulty in self._difficulties]})
         return CodeRepairTasks(manifest)
 
+    def task_cache_key(self) -> tuple:
+        return (self._manifest_path, tuple(sorted(self._difficulties)))
+
     def make_verifier(self) -> CodeRepairVerifier:
         return CodeRepairVerifier(self, partial_credit=self._partial_credit)
 

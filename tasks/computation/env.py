@@ -110,6 +110,10 @@ class ComputationEnv(Env):
     def load_tasks(self) -> ComputationTasks:
         return ComputationTasks(*self._task_filter)
 
+    def task_cache_key(self) -> tuple:
+        kinds, levels = self._task_filter
+        return (tuple(kinds or ()), tuple(levels or ()))
+
     def make_verifier(self) -> LayeredVerifier:
         return LayeredVerifier(gate=[AnswerPresent()], correctness=AnswerTypeMatch())
 

@@ -127,6 +127,9 @@ class RetrievalEnv(Env):
     def load_tasks(self) -> RetrievalTasks:
         return RetrievalTasks(self._types)
 
+    def task_cache_key(self) -> tuple:
+        return tuple(sorted(self._types)) if self._types else ()
+
     def make_verifier(self) -> LayeredVerifier:
         return LayeredVerifier(gate=[AnswerPresent(max_chars=1_000)], correctness=EvidenceRecall(AnswerByType()),
                                partial_credit=self.partial_credit)

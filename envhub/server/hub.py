@@ -1,0 +1,102 @@
+"""The server's state in one object: config, the template env, sessions, operations, metrics.
+
+One *template* env is built at start-up. It answers everything that needs no episode (tool
+specs, task lists, metadata) and lends its loaded task source to every session's env: loading a
+task set can take most of a second (the computation family generates thousands of problems), and
+a task source is read-only with stable ids, so sharing it makes a new session cost microseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envhub.env import Env
+from envhub.server.mcp import McpHandler
+from envhub.server.metrics import Metrics
+from envhub.server.ops import Ops
+from envhub.server.sessions import Executor, SessionConfig, SessionManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How a server behaves. The CLI (``envhub serve``) maps its flags onto this."""
+
+    max_sessions: int = 64
+    session_ttl_s: float = 300.0
+    #: Bearer token every request but ``/health`` must carry; None = no auth (loopback only).
+    token: str | None = None
+    #: Serve the reference solution of the running task (``gold``): for scripted evaluation only.
+    expose_gold: bool = False
+    executor: Executor = "auto"
+    max_body_bytes: int = 1 << 20
+    max_message_bytes: int = 1 << 20
+    split: str = "train"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def sessions(self) -> SessionConfig:
+        return SessionConfig(max_sessions=self.max_sessions, ttl_s=self.session_ttl_s, executor=self.executor)
+
+
+class Hub:
+    def __init__(self, factory: Callable[[], Env], config: ServerConfig, *, description: str = "") -> None:
+        self.config = config
+        template = factory()
+        self.template = template
+        self.env_id = template.env_id or type(template).__name__
+        self.description = description or (type(template).__doc__ or self.env_id).strip().splitlines()[0]
+        self.metrics = Metrics(self.env_id)
+        tasks = None
+
+        def session_factory() -> Env:
+            nonlocal tasks
+            env = factory()
+            if tasks is None:
+                tasks = template.tasks
+            env.use_tasks(tasks)
+            return env
+
+        self.manager = SessionManager(session_factory, config.sessions(), self.metrics,
+                                      inline_safe=type(template).sandbox_spec is None)
+        self.ops = Ops(self.manager, expose_gold=config.expose_gold)
+        self.tools = template.tool_specs
+        self.mcp = McpHandler(self.manager, self.ops, self.tools, self.env_id)
+        self.manager.metrics.set_sessions(0, 0, config.max_sessions)
+
+    @property
+    def terminal_tool(self) -> str | None:
+        try:
+            return self.template.terminal_tool
+        except StopIteration:
+            return None
+
+    def warm(self) -> None:
+        """Load the task set once, before the first client waits for it."""
+        try:
+            self.template.tasks.task_ids(self.template.split)
+        except Exception:  # a broken task source shows up on the first reset, with its message
+            log.warning("loading the task set failed", exc_info=True)
+
+    def task_set_version(self) -> str:
+        try:
+            return str(self.template.tasks.version)
+        except Exception:
+            return ""
+
+
+def registry_factory(env_id: str, *, split: str = "train", env_kwargs: dict[str, Any] | None = None
+                     ) -> Callable[[], Env]:
+    """A factory for a registered env (raises the registry's error for an unknown id now)."""
+    from envhub.registry import get_spec, make
+
+    get_spec(env_id)
+    kwargs = dict(env_kwargs or {})
+
+    def factory() -> Env:
+        return make(env_id, split=split, **kwargs)
+
+    return factory
