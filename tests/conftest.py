@@ -1,6 +1,7 @@
 """Shared pytest configuration: nothing here may hide a failure or skip a test that should run."""
 
 import os
+import time
 
 os.environ.setdefault("ENVHUB_TESTING", "1")
 
@@ -27,8 +28,13 @@ def pytest_sessionfinish(session, exitstatus):
     from envhub.sandboxes.docker_backend import owned_containers
     from envhub.sandboxes.dockerapi import LABEL_PID
 
-    leaked = [c.id[:12] for c in owned_containers()
-              if c.labels.get(LABEL_PID) == str(os.getpid()) or not _pid_alive(c.labels.get(LABEL_PID, ""))]
-    if leaked:
-        print(f"\nenvhub containers leaked by the test suite: {leaked}")
+    def leaked() -> list[str]:
+        return [c.id[:12] for c in owned_containers()
+                if c.labels.get(LABEL_PID) == str(os.getpid()) or not _pid_alive(c.labels.get(LABEL_PID, ""))]
+
+    deadline = time.monotonic() + 15  # a server subprocess that just exited may still be removing its own
+    while leaked() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if leaked():
+        print(f"\nenvhub containers leaked by the test suite: {leaked()}")
         session.exitstatus = 1
