@@ -183,3 +183,6 @@ def test_manifest_has_300_validated_instances_split_by_project(env):
     assert set(by_split) == {"train", "validation", "test"}
     assert not (by_split["train"] & by_split["test"]) and not (by_split["train"] & by_split["validation"])
     assert {i.difficulty for i in manifest.instances} == {1, 2, 3}
+    # hard-coding what the agent can see (the examples, visible tests) never passes
+    for inst in manifest.instances:
+        assert len(set(inst.fail_to_pass) - set(inst.visible_tests)) > inst.difficulty, inst.instance_id

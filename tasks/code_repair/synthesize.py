@@ -564,6 +564,15 @@ def build_instance(project: Project, split: str, acc: Accepted) -> Instance:
     )
 
 
+def hardcode_resistant(inst: Instance) -> bool:
+    """At least one failing test is neither described in the issue (one per bug) nor visible.
+
+    Otherwise special-casing the examples the agent can see -- hard-coding the issue's call --
+    could pass every hidden test without fixing anything.
+    """
+    return len(set(inst.fail_to_pass) - set(inst.visible_tests)) > inst.difficulty
+
+
 @dataclass
 class ProjectResult:
     info: ProjectInfo | None
@@ -583,7 +592,7 @@ def synthesize_project(project: Project, seed: int, settings: Settings, pool: Th
     split = assign_split(project.name)
     singles = synth.singles()
     accepted = singles + synth.combos(singles, 2, settings.pairs) + synth.combos(singles, 3, settings.triples)
-    instances = sorted((build_instance(project, split, a) for a in accepted),
+    instances = sorted((i for i in (build_instance(project, split, a) for a in accepted) if hardcode_resistant(i)),
                        key=lambda i: (i.difficulty, i.instance_id))
     info = ProjectInfo(name=project.name, split=split, description=project.description, tags=list(project.tags),
                        source_sha256=project_fingerprint(project.root), tests=sorted(synth.baseline))
