@@ -12,7 +12,7 @@ Nothing heavy is imported here; each integration is its own module with its own 
   functions;
 * :mod:`envhub.adapters.trl` -- a ``rollout_func`` for TRL's ``GRPOTrainer``;
 * :mod:`envhub.adapters.skyrl` -- ``EnvhubTextEnv``, a SkyRL-Gym ``BaseTextEnv``;
-* :mod:`envhub.adapters.testing` -- scripted token runs and a local server for integration tests.
+* :mod:`token_runs` -- scripted token runs and a local server for integration tests.
 
 See docs/integrations.md.
 """

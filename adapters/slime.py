@@ -47,6 +47,7 @@ def _tokenizer(path: str) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _engine(url: str, max_context: int | None) -> Any:
+    # slime calls us with its router address: we build our SGLang engine around it (see test_layering)
     from envhub.trainer.engines.sglang_client import SGLangEngine
 
     return SGLangEngine(url, max_context=max_context)
@@ -60,8 +61,8 @@ def router_engine(args: Any) -> Any:
 
 def model_policy(args: Any, sampling_params: dict[str, Any], *, engine: Any = None, tokenizer: Any = None) -> Any:
     """envhub's model policy over the router, with slime's sampling params for each turn."""
-    from envhub.trainer.engine import SamplingParams
-    from envhub.trainer.model_policy import ModelPolicy
+    from envhub.adapters.engine import SamplingParams
+    from envhub.adapters.model_policy import ModelPolicy
 
     engine = engine or router_engine(args)
     tokenizer = tokenizer or _tokenizer(str(args.hf_checkpoint))

@@ -8,7 +8,7 @@ not unique, templates normalize whitespace, tool calls get re-serialized), so th
 score tokens the model never produced. A session instead templates the first request's messages
 once; on every later request it checks that the messages extend what it already holds, appends
 only the *new* non-assistant messages' tokens (mask 0, rendered with the model's own role markers
-by its :class:`~envhub.trainer.chat_format.ChatFormat`) and then the sampled assistant tokens
+by its :class:`~envhub.adapters.chat_format.ChatFormat`) and then the sampled assistant tokens
 verbatim (mask 1, with their logprobs).
 
 When a client re-sends a history that differs from what was sampled (edited, compressed,
@@ -32,9 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Protocol
-
-import typer
+from typing import Any, Protocol
 
 from envhub.errors import ContextOverflowError, EngineError
 from envhub.parsing import HermesParser
@@ -49,7 +47,7 @@ DEFAULT_MAX_TOKENS = 256
 
 
 class ChatFormatLike(Protocol):
-    """What the server needs of a model family's chat format (``envhub.trainer.chat_format``)."""
+    """What the server needs of a model family's chat format (``envhub.adapters.chat_format``)."""
 
     def render_prompt(self, tokenizer: Any, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str: ...
 
@@ -301,7 +299,7 @@ class TitoServer:
                  model_name: str | None = None, default_max_tokens: int = DEFAULT_MAX_TOKENS,
                  default_temperature: float = 1.0) -> None:
         if chat_format is None:
-            from envhub.trainer.chat_format import chat_format_for
+            from envhub.adapters.chat_format import chat_format_for
 
             chat_format = chat_format_for(tokenizer)
         self.engine, self.tokenizer, self.chat_format = engine, tokenizer, chat_format
@@ -499,7 +497,7 @@ class TitoServer:
         }
 
     def _sampling(self, body: dict[str, Any], max_new: int, stops: tuple[str, ...]) -> Any:
-        from envhub.trainer.engine import SamplingParams
+        from envhub.adapters.engine import SamplingParams
 
         temperature = body.get("temperature")
         top_p = body.get("top_p")
@@ -610,48 +608,3 @@ def _respond(result: dict[str, Any], body: dict[str, Any]) -> Any:
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
-
-
-# ---- command line ---------------------------------------------------------------------------------------
-
-
-def build_server(model: str, *, max_context: int | None = None, default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 default_temperature: float = 1.0) -> TitoServer:
-    """A server for a policy spec: ``hf:PATH_OR_NAME`` (in-process transformers engine) or
-    ``sglang:URL`` (a running SGLang server); the tokenizer and chat format come with it."""
-    from envhub.trainer.model_policy import make_model_policy
-
-    prefix, _, target = model.partition(":")
-    if prefix not in ("hf", "sglang") or not target:
-        raise ValueError(f"--model must be hf:PATH_OR_NAME or sglang:URL, got {model!r}")
-    options: dict[str, Any] = {}
-    if max_context:
-        options["max_context"] = max_context
-    policy = make_model_policy(prefix, target, **options)
-    return TitoServer(policy.engine, policy.tokenizer, policy.format, model_name=model,
-                      default_max_tokens=default_max_tokens, default_temperature=default_temperature)
-
-
-def tito_command(
-    model: Annotated[str, typer.Option("--model", help="hf:PATH_OR_NAME (e.g. hf:smollm2-135m) or sglang:URL")],
-    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
-    max_tokens: Annotated[int, typer.Option(help="default max_tokens per request")] = DEFAULT_MAX_TOKENS,
-    temperature: Annotated[float, typer.Option(help="default temperature per request")] = 1.0,
-    max_context: Annotated[int | None, typer.Option(help="cap on prompt + completion tokens")] = None,
-) -> None:
-    """Serve a model as an OpenAI-compatible chat endpoint that records token-exact trajectories per session."""
-    import uvicorn
-
-    try:
-        server = build_server(model, max_context=max_context, default_max_tokens=max_tokens,
-                              default_temperature=temperature)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    typer.echo(f"TITO session server for {model} on http://{host}:{port} "
-               f"(POST /sessions, then /sessions/ID/v1/chat/completions)")
-    try:
-        uvicorn.run(create_app(server), host=host, port=port, log_level="warning")
-    finally:
-        server.engine.close()

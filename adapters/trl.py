@@ -82,7 +82,7 @@ class EnvhubRolloutFunc:
         self._lock = threading.Lock()
 
     def _sampling(self, trainer: Any) -> Any:
-        from envhub.trainer.engine import SamplingParams
+        from envhub.adapters.engine import SamplingParams
 
         args = trainer.args
         return SamplingParams(
@@ -93,9 +93,11 @@ class EnvhubRolloutFunc:
         )
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        from envhub.adapters.model_policy import ModelPolicy
         from envhub.rollout import EpisodePlan
+
+        # TRL hands us its in-memory model: we sample from it with our engine (see test_layering)
         from envhub.trainer.engines.transformers_engine import TransformersEngine
-        from envhub.trainer.model_policy import ModelPolicy
 
         task_ids = []
         for prompt in prompts:

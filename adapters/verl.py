@@ -55,7 +55,7 @@ class ServerManagerEngine:
         return None
 
     def generate(self, prompt_ids: list[int], params: Any) -> Any:
-        from envhub.trainer.engine import GenerateResult
+        from envhub.adapters.engine import GenerateResult
 
         sampling = {
             **self.base_params,
@@ -120,8 +120,8 @@ class EnvhubAgentLoop(AgentLoopBase):
         self.max_new_tokens = int(max_new_tokens or self.response_length)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        from envhub.trainer.engine import SamplingParams
-        from envhub.trainer.model_policy import ModelPolicy
+        from envhub.adapters.engine import SamplingParams
+        from envhub.adapters.model_policy import ModelPolicy
 
         extra = dict(kwargs.get("extra_info") or {})
         env_id = extra.get("env_id") or self.env_id

@@ -283,7 +283,7 @@ SUBCOMMANDS = [
     ("envhub.sandboxes.cli", "app", "sandbox"),
     ("envhub.scaffold", "new_env_command", "new-env"),
     ("envhub.adapters.export", "export_command", "export"),
-    ("envhub.adapters.tito", "tito_command", "tito"),
+    ("envhub.trainer.tito_cli", "tito_command", "tito"),
     ("envhub.server.cli", "serve_command", "serve"),
     ("envhub.trainer.models", "models_app", "models"),
     ("envhub.trainer.audit", "audit_command", "audit"),

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from token_runs import shared_token_run
 
 from envhub.adapters.export import export_run, load_records
 from envhub.adapters.export.parquet import PARQUET_SCHEMA_NAME, arrow_schema, read_parquet
-from envhub.adapters.testing import shared_token_run
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trajectory-schema.md"
 

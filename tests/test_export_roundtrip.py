@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from token_runs import shared_token_run
 from typer.testing import CliRunner
 
 from envhub.adapters.export import (
@@ -22,7 +23,6 @@ from envhub.adapters.export import (
     load_records,
     read_export,
 )
-from envhub.adapters.testing import shared_token_run
 from envhub.types import OutcomeClass
 
 

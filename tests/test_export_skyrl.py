@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+from token_runs import shared_token_run
 
 from envhub.adapters.export import export_run, load_records
-from envhub.adapters.testing import shared_token_run
 
 #: ``skyrl_train.generators.base.GeneratorOutput`` keys envhub fills.
 GENERATOR_OUTPUT_KEYS = {"prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons",

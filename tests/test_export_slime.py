@@ -22,9 +22,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from token_runs import LocalServer, shared_token_run, smollm2_tokenizer
 
 from envhub.adapters.export import export_run, load_records
-from envhub.adapters.testing import LocalServer, shared_token_run, smollm2_tokenizer
 
 TASK = {"env_id": "envhub/Computation-v0", "task_id": "comp-bigint-L1-0"}
 LOOKUP = 'Let me look.\n<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from token_runs import shared_token_run, smollm2_tokenizer
 
 from envhub.adapters.export import export_run, load_records
 from envhub.adapters.export.verl import AGENT_NAME, to_agent_loop_output
-from envhub.adapters.testing import shared_token_run, smollm2_tokenizer
 
 #: ``AgentLoopOutput``'s documented fields that envhub fills.
 DOCUMENTED = {"prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score", "num_turns",

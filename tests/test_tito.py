@@ -22,7 +22,8 @@ import pytest
 
 openai = pytest.importorskip("openai")
 
-from envhub.adapters.testing import LocalServer, free_port, smollm2_tokenizer  # noqa: E402
+from token_runs import LocalServer, free_port, smollm2_tokenizer  # noqa: E402
+
 from envhub.adapters.tito import TitoServer, create_app  # noqa: E402
 from envhub.trainer.engines.scripted import ScriptedEngine  # noqa: E402
 
@@ -308,7 +309,7 @@ def test_tito_command_serves_a_model() -> None:
     from envhub.trainer.tiny import build_tiny_model
 
     port = free_port()
-    code = "import typer; from envhub.adapters.tito import tito_command; typer.run(tito_command)"
+    code = "import typer; from envhub.trainer.tito_cli import tito_command; typer.run(tito_command)"
     proc = subprocess.Popen([sys.executable, "-c", code, "--model", f"hf:{build_tiny_model()}", "--port", str(port),
                              "--max-tokens", "4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})

@@ -20,7 +20,8 @@ import pytest
 trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
-from envhub.adapters.testing import shared_token_run, smollm2_tokenizer  # noqa: E402
+from token_runs import shared_token_run, smollm2_tokenizer  # noqa: E402
+
 from envhub.adapters.trl import EnvhubRolloutFunc, envhub_reward, make_rollout_func, trl_dataset  # noqa: E402
 
 ENV = "envhub/Computation-v0"

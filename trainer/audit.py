@@ -34,8 +34,8 @@ from typing import Annotated, Any
 
 import typer
 
+from envhub.adapters.chat_format import ChatFormat, chat_format_for, message_dicts
 from envhub.store import read_jsonl
-from envhub.trainer.chat_format import ChatFormat, chat_format_for, message_dicts
 from envhub.types import TrajectoryRecord
 
 MAX_ISSUES = 50
@@ -158,7 +158,7 @@ def drift(record: TrajectoryRecord, tokenizer: Any, fmt: ChatFormat) -> dict[str
 
 def mismatch(records: Iterable[TrajectoryRecord], model: Any) -> dict[str, Any]:
     """Recomputed against recorded logprobs of sampled tokens (the train/inference mismatch)."""
-    from envhub.trainer.engine import SamplingParams
+    from envhub.adapters.engine import SamplingParams
     from envhub.trainer.engines.transformers_engine import score_tokens
 
     deltas: list[float] = []

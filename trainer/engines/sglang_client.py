@@ -18,7 +18,7 @@ format (``GenerateReqInput`` in ``io_struct.py``, ``http_server.py``, ``tokenize
 Sampled token ids are read from ``output_token_logprobs`` (as slime and Miles do), with
 ``skip_special_tokens: false`` and ``no_stop_trim: true`` so that the stop token is kept: token in,
 token out. SGLang reports logprobs *after* temperature and top-k/top-p (the distribution sampled
-from, which is what :class:`~envhub.trainer.engine.SamplingParams` promises) unless the server runs
+from, which is what :class:`~envhub.adapters.engine.SamplingParams` promises) unless the server runs
 with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``; the launcher removes that variable.
 """
 
@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envhub.adapters.engine import GenerateResult, SamplingParams
 from envhub.errors import ContextOverflowError, EngineError
-from envhub.trainer.engine import GenerateResult, SamplingParams
 
 
 def sglang_sampling_params(params: SamplingParams, *, forward_seed: bool = False) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def parse_generate_response(body: dict[str, Any]) -> GenerateResult:
 
 
 class SGLangEngine:
-    """:class:`~envhub.trainer.engine.Engine` over a running SGLang server.
+    """:class:`~envhub.adapters.engine.Engine` over a running SGLang server.
 
     Each episode thread sends its own request; SGLang batches them on the server (continuous
     batching), so no client-side batching is needed. HTTP and server failures raise

@@ -229,5 +229,5 @@ def chat_format_for(tokenizer: Tokenizer) -> ChatFormat:
             return fmt()
     raise ValueError(
         "this tokenizer's chat format is not supported (no <|im_start|>/<|im_end|> tokens); "
-        "add a ChatFormat subclass to envhub.trainer.chat_format.FORMATS"
+        "add a ChatFormat subclass to envhub.adapters.chat_format.FORMATS"
     )

@@ -39,11 +39,11 @@ def scripted_token_run(out_dir: str | Path, *, env_id: str = "envhub/Computation
     answer goes straight to ``answer``. The env's budget is 2 turns, so a policy that never
     answers ends as ``budget_exhausted``.
     """
+    from envhub.adapters.engine import SamplingParams
+    from envhub.adapters.model_policy import ModelPolicy
     from envhub.registry import make
     from envhub.rollout import plan_episodes, run_rollouts
-    from envhub.trainer.engine import SamplingParams
     from envhub.trainer.engines.scripted import ScriptedEngine
-    from envhub.trainer.model_policy import ModelPolicy
 
     tokenizer = tokenizer or smollm2_tokenizer()
     env = make(env_id, split="train")

@@ -1,0 +1,63 @@
+"""DESIGN.md's dependency arrows, checked on every import in the source tree.
+
+tasks -> verifiers, sandboxes, core; verifiers -> sandboxes, core; sandboxes -> core;
+adapters -> core; trainer -> adapters, core. Core imports none of the others at module level.
+"""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTS = ("sandboxes", "verifiers", "adapters", "trainer", "tasks")
+ALLOWED = {
+    "core": set(),
+    "sandboxes": set(),
+    "verifiers": {"sandboxes"},
+    "adapters": set(),
+    "trainer": {"adapters"},
+    "tasks": {"verifiers", "sandboxes"},
+}
+# Integration entry points that external trainers call with their own objects: they must build one
+# of our engines around them (slime's SGLang router, TRL's in-memory model).
+EXCEPTIONS = {
+    ("adapters/slime.py", "trainer"),
+    ("adapters/trl.py", "trainer"),
+}
+
+
+def _part_of_module(name: str) -> str | None:
+    pieces = name.split(".")
+    if pieces[0] != "envhub":
+        return None
+    return pieces[1] if len(pieces) > 1 and pieces[1] in PARTS else "core"
+
+
+def _imports(tree: ast.Module):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node, node.module
+
+
+def test_dependency_arrows_hold():
+    violations = []
+    for folder in ("envhub", *PARTS):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if "/projects/" in rel or "/templates/" in rel:
+                continue
+            part = "core" if folder == "envhub" else folder
+            tree = ast.parse(path.read_text())
+            top_level = {id(n) for n in tree.body}
+            for node, module in _imports(tree):
+                target = _part_of_module(module)
+                if target is None or target in (part, "core"):
+                    continue
+                if part == "core":
+                    if id(node) in top_level:
+                        violations.append(f"{rel}: core imports {module} at module level")
+                elif target not in ALLOWED[part] and (rel, target) not in EXCEPTIONS:
+                    violations.append(f"{rel}: {part} imports {module}")
+    assert violations == []
