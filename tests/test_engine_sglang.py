@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from envhub.adapters.engine import SamplingParams
 from envhub.errors import EngineError
-from envhub.trainer.engine import SamplingParams
 from envhub.trainer.engines.sglang_client import (
     SGLangEngine,
     SGLangLaunchConfig,

@@ -10,8 +10,8 @@ import threading
 import pytest
 import torch
 
+from envhub.adapters.engine import SamplingParams
 from envhub.errors import ContextOverflowError, EngineError
-from envhub.trainer.engine import SamplingParams
 from envhub.trainer.engines.sampling import processed_logprobs
 from envhub.trainer.engines.transformers_engine import TransformersEngine
 from envhub.trainer.tiny import build_tiny_model

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from envhub.adapters.chat_format import ChatMLFormat, SegmentEncoder, message_dicts
 from envhub.errors import EngineError
 from envhub.parsing import format_tool_call
 from envhub.policies import make_policy
@@ -17,7 +18,6 @@ from envhub.registry import make
 from envhub.rollout import plan_episodes, run_rollouts
 from envhub.store import read_jsonl
 from envhub.trainer.audit import audit_run
-from envhub.trainer.chat_format import ChatMLFormat, SegmentEncoder, message_dicts
 from envhub.trainer.engines.scripted import ScriptedEngine
 from envhub.trainer.tiny import build_tiny_model
 from envhub.types import Message, Outcome, ToolSpec, TrajectoryRecord
