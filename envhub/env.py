@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -47,6 +48,7 @@ SPLITS = ("train", "validation", "test")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TASK_CACHE: dict[tuple[type, Hashable], TaskSource] = {}
 _TASK_CACHE_LOCK = threading.Lock()
+_RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ class Env:
         self._rng = random.Random()
         self.episode: Episode | None = None
         self._initial: Observation | None = None
+        self._pending_release: list[Future[None]] = []
 
     # ---- hooks for task families -------------------------------------------------------------
 
@@ -455,7 +458,7 @@ class Env:
         episode.metrics.tool_calls = episode.tool_calls
         episode.metrics.format_errors = episode.format_errors
         episode.metrics.wall_seconds = time.monotonic() - episode.started
-        self._release_sandbox(episode)
+        self._release_sandbox(episode, wait=False)
 
     def _observation(self, new: list[Message]) -> Observation:
         episode = self._require_episode()
@@ -476,15 +479,29 @@ class Env:
             return text
         return text[:limit] + f"\n[... {len(text) - limit} more characters cut ...]"
 
-    def _release_sandbox(self, episode: Episode) -> None:
+    def _release_sandbox(self, episode: Episode, *, wait: bool = True) -> None:
+        """Close (or give back to its pool) the episode's sandbox.
+
+        When an episode ends, the reset or teardown runs on a background thread so the final step
+        returns at once; ``close()`` and the next ``reset()`` wait for it.
+        """
         if episode.sandbox is not None:
             sandbox, episode.sandbox = episode.sandbox, None
-            with contextlib.suppress(Exception):  # best effort; `envhub sandbox prune` removes leftovers
-                sandbox.close()
+            future = _RELEASER.submit(_close_quietly, sandbox)
+            self._pending_release.append(future)
+        if wait:
+            pending, self._pending_release = self._pending_release, []
+            for future in pending:
+                future.result()
 
     def _finish_resources(self) -> None:
         if self.episode is not None:
             self._release_sandbox(self.episode)
+
+
+def _close_quietly(sandbox: Sandbox) -> None:
+    with contextlib.suppress(Exception):  # best effort; `envhub sandbox prune` removes leftovers
+        sandbox.close()
 
 
 def _coerce_action(action: str | Action | dict[str, Any]) -> Action:
