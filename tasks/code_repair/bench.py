@@ -7,6 +7,7 @@ grades the same instances with a cold sandbox per episode and per grading (``san
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,10 +24,17 @@ def _grade_all(task_ids: list[str], jobs: int, pool: int, sandbox: str) -> tuple
     for env, tid in zip(envs, task_ids, strict=False):
         env.play(tid, env.gold_actions)
 
+    idle: queue.SimpleQueue = queue.SimpleQueue()
+    for env in envs:
+        idle.put(env)
+
     def work(i: int) -> tuple[float, bool]:
-        env = envs[i % jobs]
-        verdict = env.play(task_ids[i], env.gold_actions)
-        return env.episode.metrics.verifier_seconds, verdict.outcome.value == "success"
+        env = idle.get()  # an env runs one episode at a time
+        try:
+            verdict = env.play(task_ids[i], env.gold_actions)
+            return env.episode.metrics.verifier_seconds, verdict.outcome.value == "success"
+        finally:
+            idle.put(env)
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=jobs) as pool_:
