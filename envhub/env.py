@@ -112,6 +112,8 @@ class Env:
     default_budget: ClassVar[Budget] = Budget()
     #: What the family's tools need from a sandbox; None when no tool runs code.
     sandbox_spec: ClassVar[SandboxSpec | None] = None
+    #: Modules a grading sandbox's executor imports ahead of time (e.g. pytest for hidden tests).
+    grading_preload: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -332,7 +334,8 @@ class Env:
         """A pristine sandbox: a reset one from the process-wide warm pool of its role, or a cold one."""
         from envhub.sandboxes import SandboxSpec, create_sandbox, select_backend, shared_pool  # lazily
 
-        spec = dataclasses.replace(self.sandbox_spec or SandboxSpec(), role=role)
+        spec = dataclasses.replace(self.sandbox_spec or SandboxSpec(), role=role,
+                                   preload=self.grading_preload if role == "grading" else ())
         try:
             if self.sandbox_pool > 0:
                 backend = select_backend(self.sandbox_backend)

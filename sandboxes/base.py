@@ -158,10 +158,12 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     #: what the sandbox is for ("agent", "grading"); pools never hand one role's sandboxes to another
     role: str = "agent"
+    #: modules the resident executor imports at start, so ``exec_python`` children have them loaded
+    preload: tuple[str, ...] = ()
 
-    def key(self) -> tuple[str | None, Limits, str]:
+    def key(self) -> tuple[str | None, Limits, str, tuple[str, ...]]:
         """A hashable identity, for pools keyed by spec (the dataclass itself is mutable)."""
-        return (self.image, self.limits, self.role)
+        return (self.image, self.limits, self.role, self.preload)
 
 
 @dataclass(frozen=True)

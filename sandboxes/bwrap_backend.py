@@ -134,7 +134,7 @@ class BwrapSandbox(ResidentSandbox):
                 "oom": "heuristic",
                 "limits": self._rlimits(),
             }
-            argv = [bwrap, *bwrap_args(self.spec, fds, self.workdir), "--", *executor_argv(python, config)]
+            argv = [bwrap, *bwrap_args(self.spec, fds, self.workdir), "--", *executor_argv(python, {**config, "preload": list(self.spec.preload)})]
             drop = os.getuid() == 0
             self._proc = spawner.popen(  # not from this thread: see spawner.py
                 argv,

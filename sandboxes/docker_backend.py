@@ -111,7 +111,7 @@ class DockerSandbox(ResidentSandbox):
             "oom": "cgroup",
             "limits": self._rlimits(),
         }
-        create, host = container_config(self.spec, self.image, executor_argv("python3", config))
+        create, host = container_config(self.spec, self.image, executor_argv("python3", {**config, "preload": list(self.spec.preload)}))
         create["labels"] = {**owner_labels(), "envhub.backend": "docker", LABEL_IMAGE: self.image,
                             LABEL_INPUTS: labels.get(LABEL_INPUTS, "")}
         api = client.api

@@ -57,6 +57,10 @@ class PooledSandbox:
              env: dict[str, str] | None = None, cwd: str | None = None) -> ExecResult:
         return self.sandbox.exec(cmd, timeout=timeout, stdin=stdin, env=env, cwd=cwd)
 
+    def exec_python(self, source: str, *, timeout: float | None = None, env: dict[str, str] | None = None,
+                    cwd: str | None = None) -> ExecResult:
+        return self.sandbox.exec_python(source, timeout=timeout, env=env, cwd=cwd)
+
     def write_files(self, files: dict[str, str | bytes]) -> None:
         self.sandbox.write_files(files)
 

@@ -77,7 +77,7 @@ class ProcessSandbox(ResidentSandbox):
             "limits": self._rlimits(),
         }
         self._proc = subprocess.Popen(
-            executor_argv(sys.executable, config),
+            executor_argv(sys.executable, {**config, "preload": list(self.spec.preload)}),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

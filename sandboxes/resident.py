@@ -216,6 +216,27 @@ class ResidentSandbox(ABC):
             signal=reply.get("signal"),
         )
 
+    def exec_python(self, source: str, *, timeout: float | None = None, env: dict[str, str] | None = None,
+                    cwd: str | None = None) -> ExecResult:
+        """Run Python ``source`` in a child forked from the resident executor.
+
+        Like ``exec(["python3", "-I", "-c", source])`` -- same limits, session, environment and
+        result -- but the child starts with the modules of ``SandboxSpec.preload`` already imported.
+        """
+        wall = self.limits.timeout_s if timeout is None else float(timeout)
+        t0 = time.monotonic()
+        reply = self._call(
+            "pyexec", wall + EXEC_GRACE_S, source=source, timeout=wall, cap=self.limits.output_bytes,
+            env={str(k): str(v) for k, v in (env or {}).items()}, cwd=self._rel(cwd) if cwd else ".",
+        )
+        stdout, cut_out = _text(reply, "stdout")
+        stderr, cut_err = _text(reply, "stderr")
+        return ExecResult(
+            exit_code=int(reply["exit_code"]), stdout=stdout, stderr=stderr, timed_out=bool(reply["timed_out"]),
+            oom_killed=bool(reply["oom_killed"]), duration_s=float(reply.get("duration") or (time.monotonic() - t0)),
+            truncated=cut_out or cut_err, signal=reply.get("signal"),
+        )
+
     def write_files(self, files: dict[str, str | bytes]) -> None:
         entries = []
         for path, content in files.items():

@@ -17,6 +17,7 @@ A construct counts only when the submission has more of it than the given file h
 from __future__ import annotations
 
 import ast
+import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -76,9 +77,20 @@ def file_findings(given: dict[str, str], final: dict[str, str], editable_roots: 
     return findings
 
 
+# CPython 3.11's parser keeps AST-construction state that concurrent threads can corrupt
+# ("SystemError: AST constructor recursion depth mismatch"), so parses are serialized.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse``, safe to call from many threads at once."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def _constructs(source: str) -> Counter[str]:
     found: Counter[str] = Counter()
-    tree = ast.parse(source)
+    tree = parse_python(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

@@ -11,6 +11,8 @@ import ast
 from functools import lru_cache
 from pathlib import Path
 
+from envhub.verifiers.integrity import parse_python
+
 from .manifest import PROJECTS_DIR, Instance
 
 IGNORED_PARTS = ("__pycache__", ".pytest_cache")
@@ -62,7 +64,7 @@ def prune_tests(source: str, keep: set[str]) -> str:
 
     ``keep`` holds node-id tails: ``test_name`` or ``TestClass::test_name``.
     """
-    tree = ast.parse(source)
+    tree = parse_python(source)
     body: list[ast.stmt] = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
