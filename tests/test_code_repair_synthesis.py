@@ -448,3 +448,16 @@ def test_projects_dir_layout_is_discoverable() -> None:
         project = Project.load(path.parent)
         assert project.modules and all((project.root / m).is_file() for m in project.modules)
         assert shutil.which("git")
+
+
+def test_hardcode_resistance_needs_a_failing_test_the_agent_cannot_see(synthesized: list[mf.Instance]) -> None:
+    from envhub.tasks.code_repair.synthesize import hardcode_resistant
+
+    inst = synthesized[0]
+    hidden = [f"tests/test_mini.py::test_hidden_{k}" for k in range(3)]
+    many = inst.model_copy(update={"fail_to_pass": hidden, "visible_tests": []})
+    assert hardcode_resistant(many)  # one described in the issue, two more hidden
+    only_described = inst.model_copy(update={"fail_to_pass": hidden[:1], "visible_tests": []})
+    assert not hardcode_resistant(only_described)
+    shown = inst.model_copy(update={"fail_to_pass": hidden[:2], "visible_tests": hidden[1:2]})
+    assert not hardcode_resistant(shown)  # the second one is visible: nothing hidden is left

@@ -592,7 +592,7 @@ def synthesize_project(project: Project, seed: int, settings: Settings, pool: Th
     split = assign_split(project.name)
     singles = synth.singles()
     accepted = singles + synth.combos(singles, 2, settings.pairs) + synth.combos(singles, 3, settings.triples)
-    instances = sorted((i for i in (build_instance(project, split, a) for a in accepted) if hardcode_resistant(i)),
+    instances = sorted((build_instance(project, split, a) for a in accepted),
                        key=lambda i: (i.difficulty, i.instance_id))
     info = ProjectInfo(name=project.name, split=split, description=project.description, tags=list(project.tags),
                        source_sha256=project_fingerprint(project.root), tests=sorted(synth.baseline))
@@ -622,8 +622,9 @@ def synthesize(projects: Sequence[Project], seed: int, settings: Settings, jobs:
                 log(f"{project.name:<18} SKIPPED: {result.skipped}")
                 continue
             infos.append(result.info)
-            instances += result.instances
-            counts = [sum(i.difficulty == d for i in result.instances) for d in (1, 2, 3)]
+            kept = [i for i in result.instances if hardcode_resistant(i)]
+            instances += kept
+            counts = [sum(i.difficulty == d for i in kept) for d in (1, 2, 3)]
             dropped = ", ".join(f"{k}={v}" for k, v in sorted(result.stats.dropped.items()))
             log(f"{project.name:<18} {result.info.split:<10} {len(result.info.tests):>5} "
                 f"{counts[0]:>3} {counts[1]:>3} {counts[2]:>3} {result.stats.runs:>5} {result.stats.seconds:>6.1f}  "
