@@ -218,6 +218,11 @@ def test_monthly_totals_zero_amount_and_year_boundary():
     assert totals[(2023, 12)].net == D("2.00")
 
 
+def test_monthly_totals_small_amounts():
+    totals = monthly_totals([tx("2024-05-01", "0.50"), tx("2024-05-02", "-0.25"), tx("2024-05-03", "0.01")])
+    assert totals == {(2024, 5): MonthSummary(D("0.51"), D("0.25"), 2, 1)}
+
+
 def test_month_summary_defaults():
     summary = MonthSummary()
     assert (summary.income, summary.expenses, summary.deposits, summary.withdrawals) == (0, 0, 0, 0)

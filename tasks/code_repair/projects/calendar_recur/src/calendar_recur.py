@@ -137,10 +137,7 @@ def between(rule: Rule, after: dt.date, before: dt.date, inclusive: bool = True)
 
 def next_after(rule: Rule, date: dt.date) -> Optional[dt.date]:
     """The first occurrence strictly after ``date``, or ``None`` if none."""
-    for occurrence in occurrences(rule):
-        if occurrence > date:
-            return occurrence
-    return None
+    return next((occurrence for occurrence in occurrences(rule) if occurrence > date), None)
 
 
 def parse_rule(text: str, start: dt.date) -> Rule:

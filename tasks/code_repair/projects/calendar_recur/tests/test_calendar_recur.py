@@ -144,6 +144,12 @@ def test_invalid_rules(kwargs):
         Rule(**kwargs)
 
 
+def test_rule_is_immutable():
+    rule = Rule(DAILY, D(2024, 1, 1))
+    with pytest.raises(AttributeError):
+        rule.interval = 2
+
+
 def test_valid_boundary_rules():
     Rule(WEEKLY, D(2024, 1, 1), by_weekday=(0, 6))
     Rule(DAILY, D(2024, 1, 1), interval=1, count=1)

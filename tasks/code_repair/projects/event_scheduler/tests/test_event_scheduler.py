@@ -65,6 +65,16 @@ def test_event_validation(kwargs):
         Event(start=at(MON, 9), **kwargs)
 
 
+def test_event_default_priority_and_immutability():
+    e = Event("x", at(MON, 9), dt.timedelta(minutes=1))
+    assert e.priority == 0
+    with pytest.raises(AttributeError):
+        e.priority = 5
+    hours = WorkingHours()
+    with pytest.raises(AttributeError):
+        hours.start = dt.time(8)
+
+
 def test_event_priority_bounds_inclusive():
     assert Event("low", at(MON, 9), dt.timedelta(seconds=1), 0).priority == 0
     assert Event("high", at(MON, 9), dt.timedelta(seconds=1), 9).priority == 9
@@ -186,6 +196,9 @@ def test_events_on_excludes_event_ending_at_midnight():
     s.add(Event("late", at(MON, 23), dt.timedelta(hours=1)))
     assert [e.name for e in s.events_on(MON)] == ["late"]
     assert s.events_on(TUE) == []
+    s.add(Event("midnight", at(TUE, 0), dt.timedelta(minutes=30)))
+    assert [e.name for e in s.events_on(MON)] == ["late"]
+    assert [e.name for e in s.events_on(TUE)] == ["midnight"]
 
 
 def test_all_conflicts():
@@ -293,6 +306,14 @@ def test_find_slot_none_when_too_long_or_out_of_days():
     assert s.find_slot(dt.timedelta(hours=8), at(MON, 0)) == at(MON, 9)
     assert s.find_slot(dt.timedelta(hours=1), at(SAT, 0), max_days=2) is None
     assert s.find_slot(dt.timedelta(hours=1), at(SAT, 0), max_days=3) == at(dt.date(2024, 3, 11), 9)
+
+
+def test_find_slot_default_search_window_is_14_days():
+    s = Scheduler(WorkingHours(weekdays=frozenset({0})))  # Mondays only
+    s.add(ev("busy", dt.date(2024, 3, 11), 9, 480))
+    after = at(MON, 17)  # too late on day 0; day 7 is booked; day 14 is free
+    assert s.find_slot(dt.timedelta(hours=1), after) is None
+    assert s.find_slot(dt.timedelta(hours=1), after, max_days=15) == at(dt.date(2024, 3, 18), 9)
 
 
 def test_find_slot_invalid_duration():

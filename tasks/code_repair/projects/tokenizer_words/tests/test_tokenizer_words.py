@@ -49,6 +49,10 @@ def test_empty_and_whitespace_only():
         ("0.5.6", ["0.5", ".", "6"]),
         ("100,000", ["100,000"]),
         ("1,000,", ["1,000", ","]),
+        ("0.5", ["0.5"]),
+        ("1,a23 b", ["1", ",", "a23", "b"]),
+        ("cost 1,234,567 now", ["cost", "1,234,567", "now"]),
+        ("x 1234,567", ["x", "1234", ",", "567"]),
     ],
 )
 def test_numbers(text, expected):
@@ -97,10 +101,18 @@ def test_apostrophes_and_hyphens(text, expected):
         ("DON'T", ["DO", "N'T"]),
         ("O'Neil", ["O'Neil"]),
         ("cats", ["cats"]),
+        ("n't", ["n't"]),
+        ("'s", ["'", "s"]),
     ],
 )
 def test_split_contractions(text, expected):
     assert texts(text, split_contractions=True) == expected
+
+
+def test_token_is_immutable():
+    tok = tokenize("word")[0]
+    with pytest.raises(AttributeError):
+        tok.text = "other"
 
 
 def test_contraction_offsets():
@@ -179,6 +191,9 @@ def test_words_helper():
         ("Go (now). Later.", ["Go (now).", "Later."]),
         ("J. Smith left. Bye.", ["J. Smith left.", "Bye."]),
         ("So do I. Then go.", ["So do I.", "Then go."]),
+        ("?? What. No.", ["??", "What.", "No."]),
+        ("... And so.", ["...", "And so."]),
+        ("Hmm. ... Okay.", ["Hmm.", "...", "Okay."]),
     ],
 )
 def test_sentences(text, expected):

@@ -102,11 +102,13 @@ class Scheduler:
         slots: List[Slot] = []
         cursor = win_start
         for event in self._sorted():
-            if event.start >= win_end or event.end <= win_start:
-                continue
-            if event.start > cursor:
-                slots.append((cursor, event.start))
-            cursor = max(cursor, event.end)
+            start = max(event.start, win_start)
+            end = min(event.end, win_end)
+            if start >= end:
+                continue  # entirely outside the window
+            if start > cursor:
+                slots.append((cursor, start))
+            cursor = max(cursor, end)
         if cursor < win_end:
             slots.append((cursor, win_end))
         return [(s, e) for s, e in slots if e - s >= min_duration]
@@ -119,13 +121,13 @@ class Scheduler:
         ``after``'s date.  Returns ``None`` if nothing fits."""
         if duration <= dt.timedelta(0):
             raise ValueError("duration must be positive")
-        for offset in range(max_days):
-            day = after.date() + dt.timedelta(days=offset)
-            for start, end in self.free_slots(day):
-                start = max(start, after)
-                if end - start >= duration:
-                    return start
-        return None
+        starts = (
+            max(start, after)
+            for offset in range(max_days)
+            for start, end in self.free_slots(after.date() + dt.timedelta(days=offset))
+            if end - max(start, after) >= duration
+        )
+        return next(starts, None)
 
     def utilization(self, day: dt.date) -> float:
         """Fraction of ``day``'s working window that is booked (0.0 on days off)."""
