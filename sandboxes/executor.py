@@ -580,10 +580,43 @@ class Executor:
             return self._failed(126, f"envhub: permission denied: {argv[0]}\n")
         except (OSError, subprocess.SubprocessError) as exc:
             return self._failed(126, f"envhub: cannot start the command: {exc}\n")
+        return self._complete(proc, stdin_data, cap, start, start + timeout, oom_before)
+
+    # -- exec helpers --
+
+    def op_pyexec(self, req: dict) -> dict:
+        """Run Python source in a child forked from this executor (preloaded modules included).
+
+        The child gets exactly what an ``exec`` command gets -- its own session, the work dir, the
+        request's environment, our rlimits, output pipes -- and none of our descriptors: the
+        protocol channel is closed before any of its code runs.
+        """
+        timeout, cap, env, cwd = self._command_setup(req)
+        if cwd is None:
+            return self._failed(2, f"envhub: cannot use working directory: {req.get('cwd')}\n")
+        oom_before = self.oom_count()
+        start = time.monotonic()
+        proc = ForkedPython(req["source"], cwd, env)
+        return self._complete(proc, None, cap, start, start + timeout, oom_before)
+
+    def _command_setup(self, req: dict) -> tuple[float, int, dict, str | None]:
+        """Timeout, output cap, environment and working directory of an exec-like request
+        (the directory is None when it cannot be used)."""
+        env = dict(self.base_env)
+        env.update(req.get("env") or {})
+        try:
+            os.close(open_dir(self.workdir, rel_parts(req.get("cwd") or ".")))
+        except OpError:
+            return float(req.get("timeout", 10.0)), int(req.get("cap", 65536)), env, None
+        cwd = os.path.join(self.workdir, *rel_parts(req.get("cwd") or "."))
+        return float(req.get("timeout", 10.0)), int(req.get("cap", 65536)), env, cwd
+
+    def _complete(self, proc, stdin_data, cap: int, start: float, deadline: float, oom_before: int) -> dict:
+        """Wait for a started command (``exec`` or ``pyexec``) and build its reply."""
         self.groups.add(proc.pid)
         prefer_oom(proc.pid)
         out, err = Capture(cap), Capture(cap)
-        timed_out = self._pump(proc, stdin_data, out, err, start + timeout)
+        timed_out = self._pump(proc, stdin_data, out, err, deadline)
         if timed_out:
             self._kill_group(proc)
         rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
@@ -609,53 +642,6 @@ class Executor:
             "timed_out": timed_out,
             "oom_killed": oom,
             "duration": duration,
-        }
-
-    # -- exec helpers --
-
-    def op_pyexec(self, req: dict) -> dict:
-        """Run Python source in a child forked from this executor (preloaded modules included).
-
-        The child gets exactly what an ``exec`` command gets -- its own session, the work dir, the
-        request's environment, our rlimits, output pipes -- and none of our descriptors: the
-        protocol channel is closed before any of its code runs.
-        """
-        timeout = float(req.get("timeout", 10.0))
-        cap = int(req.get("cap", 65536))
-        env = dict(self.base_env)
-        env.update(req.get("env") or {})
-        try:
-            cwd_fd = open_dir(self.workdir, rel_parts(req.get("cwd") or "."))
-            os.close(cwd_fd)
-        except OpError as exc:
-            return self._failed(2, f"envhub: cannot use working directory: {exc}\n")
-        cwd = os.path.join(self.workdir, *rel_parts(req.get("cwd") or "."))
-        oom_before = self.oom_count()
-        start = time.monotonic()
-        proc = ForkedPython(req["source"], cwd, env)
-        self.groups.add(proc.pid)
-        prefer_oom(proc.pid)
-        out, err = Capture(cap), Capture(cap)
-        timed_out = self._pump(proc, None, out, err, start + timeout)
-        if timed_out:
-            self._kill_group(proc)
-        rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-        self.reap()
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            self.groups.discard(proc.pid)
-        sig = -rc if rc < 0 else None
-        exit_code = 128 + sig if sig else rc
-        if self.oom_mode == "cgroup":
-            oom = self.oom_count() > oom_before
-        else:
-            oom = exit_code != 0 and not timed_out and any(m in err.tail for m in OOM_MARKERS)
-        return {
-            "exit_code": exit_code, "signal": sig,
-            "stdout": base64.b64encode(bytes(out.head)).decode("ascii"), "stdout_dropped": out.dropped,
-            "stderr": base64.b64encode(bytes(err.head)).decode("ascii"), "stderr_dropped": err.dropped,
-            "timed_out": timed_out, "oom_killed": oom, "duration": time.monotonic() - start,
         }
 
     def _pump(self, proc, stdin_data, out: Capture, err: Capture, deadline: float) -> bool:

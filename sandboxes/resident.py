@@ -66,6 +66,21 @@ def executor_argv(python: str, config: dict[str, Any]) -> list[str]:
     return [python, "-I", "-c", executor_source(), json.dumps(config)]
 
 
+def _exec_result(reply: dict[str, Any], t0: float) -> ExecResult:
+    stdout, cut_out = _text(reply, "stdout")
+    stderr, cut_err = _text(reply, "stderr")
+    return ExecResult(
+        exit_code=int(reply["exit_code"]),
+        stdout=stdout,
+        stderr=stderr,
+        timed_out=bool(reply["timed_out"]),
+        oom_killed=bool(reply["oom_killed"]),
+        duration_s=float(reply.get("duration") or (time.monotonic() - t0)),
+        truncated=cut_out or cut_err,
+        signal=reply.get("signal"),
+    )
+
+
 def _text(reply: dict[str, Any], stream: str) -> tuple[str, bool]:
     head = base64.b64decode(reply[stream])
     dropped = int(reply.get(f"{stream}_dropped", 0))
@@ -203,18 +218,7 @@ class ResidentSandbox(ABC):
             cwd=self._rel(cwd) if cwd else ".",
             stdin=base64.b64encode(data).decode("ascii") if data is not None else None,
         )
-        stdout, cut_out = _text(reply, "stdout")
-        stderr, cut_err = _text(reply, "stderr")
-        return ExecResult(
-            exit_code=int(reply["exit_code"]),
-            stdout=stdout,
-            stderr=stderr,
-            timed_out=bool(reply["timed_out"]),
-            oom_killed=bool(reply["oom_killed"]),
-            duration_s=float(reply.get("duration") or (time.monotonic() - t0)),
-            truncated=cut_out or cut_err,
-            signal=reply.get("signal"),
-        )
+        return _exec_result(reply, t0)
 
     def exec_python(self, source: str, *, timeout: float | None = None, env: dict[str, str] | None = None,
                     cwd: str | None = None) -> ExecResult:
@@ -229,13 +233,7 @@ class ResidentSandbox(ABC):
             "pyexec", wall + EXEC_GRACE_S, source=source, timeout=wall, cap=self.limits.output_bytes,
             env={str(k): str(v) for k, v in (env or {}).items()}, cwd=self._rel(cwd) if cwd else ".",
         )
-        stdout, cut_out = _text(reply, "stdout")
-        stderr, cut_err = _text(reply, "stderr")
-        return ExecResult(
-            exit_code=int(reply["exit_code"]), stdout=stdout, stderr=stderr, timed_out=bool(reply["timed_out"]),
-            oom_killed=bool(reply["oom_killed"]), duration_s=float(reply.get("duration") or (time.monotonic() - t0)),
-            truncated=cut_out or cut_err, signal=reply.get("signal"),
-        )
+        return _exec_result(reply, t0)
 
     def write_files(self, files: dict[str, str | bytes]) -> None:
         entries = []

@@ -186,3 +186,24 @@ def test_manifest_has_300_validated_instances_split_by_project(env):
     # hard-coding what the agent can see (the issue's examples, visible tests) never passes
     for inst in manifest.instances:
         assert len(set(inst.fail_to_pass) - set(inst.visible_tests)) > inst.difficulty, inst.instance_id
+
+
+def test_verify_command_on_a_stratified_sample_exits_zero(tmp_path):
+    """CI's slice of `envhub verify envhub/CodeRepair-v0`; the full run is `--limit 0` (docs)."""
+    out = tmp_path / "suite.json"
+    res = subprocess.run(["envhub", "verify", ENV, "--split", "test", "--limit", "4", "--jobs", "2",
+                          "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    assert report["violations"] == 0 and report["cases"]["gold"]["rate"] == 1.0
+    assert len(report["cases"]) >= 20 and all(row["tasks"] == 4 for row in report["cases"].values())
+
+
+def test_gold_and_noop_rollouts(tmp_path):
+    for policy, rate in (("gold", 1.0), ("noop", 0.0)):
+        out = tmp_path / policy
+        subprocess.run(["envhub", "rollout", ENV, "--policy", policy, "--split", "validation", "--episodes", "12",
+                        "--concurrency", "2", "--out", str(out), "--no-progress"], check=True, capture_output=True,
+                       timeout=900)
+        report = json.loads((out / "report.json").read_text())
+        assert report["strict_success_rate"] == rate and report["by_class"]["infra_failure"] == 0
