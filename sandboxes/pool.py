@@ -61,6 +61,9 @@ class PooledSandbox:
                     cwd: str | None = None) -> ExecResult:
         return self.sandbox.exec_python(source, timeout=timeout, env=env, cwd=cwd)
 
+    def read_tree(self, src: str = ".", max_bytes: int = 64 * 1024 * 1024) -> dict[str, bytes]:
+        return self.sandbox.read_tree(src, max_bytes)
+
     def write_files(self, files: dict[str, str | bytes]) -> None:
         self.sandbox.write_files(files)
 

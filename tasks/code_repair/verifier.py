@@ -34,13 +34,13 @@ SOURCE_ROOT = "src"
 
 def snapshot(sandbox: Sandbox) -> dict[str, str]:
     """Every file of the agent's repository as text (caches skipped; binary files shown as such)."""
-    files = {}
-    for rel in sandbox.list_files("."):
-        if is_ignored(rel):
-            continue
-        data = sandbox.read_file(rel)
-        files[rel] = data[:MAX_FILE_BYTES].decode("utf-8", "replace") if b"\0" not in data else "<binary>"
-    return files
+    read_tree = getattr(sandbox, "read_tree", None)
+    if read_tree is not None:  # one round trip for the whole repository
+        raw = read_tree(".")
+    else:
+        raw = {rel: sandbox.read_file(rel) for rel in sandbox.list_files(".")}
+    return {rel: data[:MAX_FILE_BYTES].decode("utf-8", "replace") if b"\0" not in data else "<binary>"
+            for rel, data in sorted(raw.items()) if not is_ignored(rel)}
 
 
 class SnapshotGate:
