@@ -3,7 +3,20 @@
 import os
 import time
 
+import pytest
+
 os.environ.setdefault("ENVHUB_TESTING", "1")
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models need no intra-op threads, and on a busy 2-core machine they cost a lot."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _pid_alive(pid: str) -> bool:

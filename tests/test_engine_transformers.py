@@ -21,13 +21,7 @@ TEXTS = ["hello there", "what is the answer to two plus two, please tell me", "x
          "<|im_start|>user\nCompute 17 * 23.<|im_end|>\n<|im_start|>assistant\n"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The tiny model needs no intra-op threads, and on a busy 2-core machine they cost a lot."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ tool-call text), which drives the full tool loop to success.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from envhub.adapters.chat_format import ChatMLFormat, SegmentEncoder, message_dicts
 from envhub.errors import EngineError
@@ -26,12 +25,7 @@ ENV = "envhub/Computation-v0"
 ENV_KW = {"sandbox": "process", "kinds": ["fraction"], "levels": [1]}  # few tasks: fast env construction
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
