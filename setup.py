@@ -11,7 +11,6 @@ from setuptools import setup
 
 ROOT = Path(__file__).parent
 SUBPACKAGES = ("sandboxes", "verifiers", "adapters", "trainer", "tasks")
-DATA_PATTERNS = ["*.json", "*.jsonl", "*.gz", "*.txt", "*.md", "*.sh", "Dockerfile", "*.jinja", "*.toml", "*.cfg"]
 
 
 def _packages(folder: str, root_name: str) -> dict[str, str]:
@@ -27,8 +26,8 @@ package_dir = _packages("envhub", "envhub")
 for sub in SUBPACKAGES:
     package_dir.update(_packages(sub, f"envhub.{sub}"))
 
-# Data folders without __init__.py (task corpora) travel as package data of their parent.
-package_data = {name: DATA_PATTERNS + ["**/*"] for name in package_dir}
+# Data folders without __init__.py (task corpora, manifests, templates) travel as package data.
+package_data = {name: ["**/*"] for name in package_dir}
 
 setup(
     packages=sorted(package_dir),
