@@ -128,7 +128,7 @@ def rollout(
 def verify(
     env_id: str,
     tasks: Annotated[str | None, typer.Option(help="comma-separated task ids (default: a sample)")] = None,
-    split: str = "test",
+    split: Annotated[str, typer.Option(help="train, validation, test, or all")] = "test",
     limit: Annotated[int, typer.Option(help="tasks to sample when --tasks is not given; 0 = all")] = 20,
     cases: Annotated[str | None, typer.Option(help="comma-separated case names")] = None,
     jobs: int = 2,
@@ -138,12 +138,14 @@ def verify(
     env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
 ) -> None:
     """Run the env's verifier suite (gold, noop, attacks) or grade external submissions."""
+    from envhub.env import SPLITS
     from envhub.registry import make
-    from envhub.store import write_json_atomic
+    from envhub.store import write_json_atomic, write_text_atomic
     from envhub.verifiers.suite import grade_submissions, run_suite
 
     _spec(env_id)
-    kwargs = {"split": split, "sandbox": sandbox, **_parse_kv(env_arg)}
+    splits = SPLITS if split == "all" else (split,)
+    kwargs = {"split": splits[0], "sandbox": sandbox, **_parse_kv(env_arg)}
 
     def factory() -> Any:
         return make(env_id, **kwargs)
@@ -153,12 +155,12 @@ def verify(
         graded = grade_submissions(factory, rows, jobs=jobs)
         text = "".join(json.dumps(g) + "\n" for g in graded)
         if out:
-            out.write_text(text)
+            write_text_atomic(out, text)
         else:
             sys.stdout.write(text)
         return
     env = factory()
-    ids = tasks.split(",") if tasks else list(env.tasks.task_ids(split))
+    ids = tasks.split(",") if tasks else [i for s in splits for i in env.tasks.task_ids(s)]
     env.close()
     if not tasks and limit:
         ids = _stratified_sample(ids, limit)

@@ -188,15 +188,16 @@ def test_manifest_has_300_validated_instances_split_by_project(env):
         assert len(set(inst.fail_to_pass) - set(inst.visible_tests)) > inst.difficulty, inst.instance_id
 
 
-def test_verify_command_on_a_stratified_sample_exits_zero(tmp_path):
-    """CI's slice of `envhub verify envhub/CodeRepair-v0`; the full run is `--limit 0` (docs)."""
+def test_verify_command_over_every_instance_exits_zero(env, tmp_path):
+    """`envhub verify envhub/CodeRepair-v0 --split all --limit 0`: every instance, every case."""
     out = tmp_path / "suite.json"
-    res = subprocess.run(["envhub", "verify", ENV, "--split", "test", "--limit", "4", "--jobs", "2",
-                          "--out", str(out)], capture_output=True, text=True, timeout=900)
+    res = subprocess.run(["envhub", "verify", ENV, "--split", "all", "--limit", "0", "--jobs", "2",
+                          "--out", str(out)], capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stdout + res.stderr
     report = json.loads(out.read_text())
+    total = len(env.tasks.manifest.instances)
     assert report["violations"] == 0 and report["cases"]["gold"]["rate"] == 1.0
-    assert len(report["cases"]) >= 20 and all(row["tasks"] == 4 for row in report["cases"].values())
+    assert len(report["cases"]) >= 20 and all(row["tasks"] == total for row in report["cases"].values())
 
 
 def test_gold_and_noop_rollouts(tmp_path):

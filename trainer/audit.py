@@ -24,7 +24,6 @@ Information, not errors:
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -35,7 +34,7 @@ from typing import Annotated, Any
 import typer
 
 from envhub.adapters.chat_format import ChatFormat, chat_format_for, message_dicts
-from envhub.store import read_jsonl
+from envhub.store import read_jsonl, write_json_atomic
 from envhub.types import TrajectoryRecord
 
 MAX_ISSUES = 50
@@ -248,6 +247,6 @@ def audit_command(
             typer.echo(f"train/inference mismatch over {m['tokens']} sampled tokens: mean |dlogp| "
                        f"{m['mean_abs_delta']:.3g}, max {m['max_abs_delta']:.3g}")
     if json_out is not None:
-        json_out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json_atomic(json_out, report)
     if report["errors"]:
         raise typer.Exit(1)
