@@ -150,6 +150,12 @@ def verify(
     def factory() -> Any:
         return make(env_id, **kwargs)
 
+    try:
+        env = factory()  # checks the split and the env arguments before any work
+    except (ValueError, TypeError) as exc:
+        raise _fail(str(exc)) from None
+    ids = tasks.split(",") if tasks else [i for s in splits for i in env.tasks.task_ids(s)]
+    env.close()
     if submissions is not None:
         rows = _read_submissions(submissions)
         graded = grade_submissions(factory, rows, jobs=jobs)
@@ -159,9 +165,6 @@ def verify(
         else:
             sys.stdout.write(text)
         return
-    env = factory()
-    ids = tasks.split(",") if tasks else [i for s in splits for i in env.tasks.task_ids(s)]
-    env.close()
     if not tasks and limit:
         ids = _stratified_sample(ids, limit)
     try:

@@ -66,3 +66,19 @@ def test_verify_rejects_a_malformed_submissions_file(tmp_path):
     sub.write_text('{"task_id": "a", "submission": "1"}\nnot json\n')
     res = envhub("verify", "envhub/Computation-v0", "--submissions", str(sub))
     assert res.returncode == 2 and "subs.jsonl:2: not JSON" in res.stderr
+
+
+def test_verify_suite_over_a_stratified_sample_of_every_split(tmp_path):
+    """The computation suite through the command line; every instance is `--split all --limit 0` (~90 s)."""
+    out = tmp_path / "suite.json"
+    res = envhub("verify", "envhub/Computation-v0", "--split", "all", "--limit", "300", "--out", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    assert report["violations"] == 0 and report["cases"]["gold"]["rate"] == 1.0
+    assert {"noop", "two_candidates", "candidate_list"} <= set(report["cases"])
+    assert all(row["tasks"] == 300 for row in report["cases"].values())
+
+
+def test_verify_rejects_an_unknown_split():
+    res = envhub("verify", "envhub/Computation-v0", "--split", "everything")
+    assert res.returncode == 2 and "unknown split" in res.stderr

@@ -309,9 +309,13 @@ def test_registered_cli_verify_and_gymnasium(tmp_path):
     register_envs()
     from envhub.cli import app
 
-    result = CliRunner().invoke(app, ["verify", "envhub/Retrieval-v0", "--limit", "12", "--jobs", "1"])
+    out = tmp_path / "suite.json"
+    result = CliRunner().invoke(app, ["verify", "envhub/Retrieval-v0", "--split", "all", "--limit", "0",
+                                      "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "gold" in result.output and "every_candidate" in result.output
+    report = json.loads(out.read_text())
+    questions = len(load_questions())
+    assert report["violations"] == 0 and report["cases"]["every_candidate"]["tasks"] == questions
 
     import envhub  # noqa: F401  (registers with Gymnasium)
 
