@@ -257,6 +257,7 @@ def test_model_resolution_and_atomic_preparation(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setenv("ENVHUB_CACHE", str(tmp_path / "cache"))
     assert models.resolve_model(str(tiny)) == tiny
+    assert models.resolve_model(f"hf:{tiny}?temperature=0") == tiny  # the policy's spelling names it too
     with pytest.raises(ValueError, match="not prepared"):
         models.resolve_model("smollm2-135m", prepare=False)
     with pytest.raises(ValueError, match="neither a known model"):

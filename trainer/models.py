@@ -197,7 +197,11 @@ def prepare_tokenizer(name: str = "smollm2-135m") -> Path:
 
 
 def resolve_model(target: str, *, prepare: bool = True) -> Path:
-    """``smollm2-135m`` (prepared on first use) or a path to a local Hugging Face model dir."""
+    """``smollm2-135m`` (prepared on first use) or a path to a local Hugging Face model dir.
+
+    The policy spelling ``hf:NAME_OR_PATH`` is accepted too, so one string names the model everywhere.
+    """
+    target = target.removeprefix("hf:").split("?", 1)[0]
     if target in KNOWN_MODELS:
         path = model_dir(target)
         if is_prepared(path):
