@@ -5,9 +5,11 @@ import shutil
 import subprocess
 
 import pytest
+from sandbox_fixtures import require_backend
 
 import envhub
 from envhub.parsing import format_tool_call
+from envhub.tasks.code_repair.attacks import PATCH_RUNNER_INDIRECT, inject
 from envhub.tasks.code_repair.workspace import agent_files, project_sources, project_tests
 from envhub.verifiers.pytest_grader import run_hidden_tests
 from envhub.verifiers.suite import run_suite
@@ -103,6 +105,15 @@ def test_a_str_replace_fix_succeeds_and_a_partial_fix_gets_partial_credit(sample
     env.close()
 
 
+# Forces every report's outcome through a new __setattr__: no fingerprinted function changes.
+FORCE_OUTCOME = """import sys as _s
+_r = getattr(_s, "mod" + "ules")["_pytest.reports"]
+def _set(self, key, value):
+    object.__setattr__(self, key, "passed" if key == "outcome" else value)
+_r.TestReport.__setattr__ = _set
+"""
+
+
 def test_runtime_grader_alone_rejects_attacks_the_integrity_gate_would_catch(env, sample):
     """Defense in depth: even without the integrity gate, planted files and early exits fail."""
     inst = sample[0]
@@ -116,18 +127,42 @@ def test_runtime_grader_alone_rejects_attacks_the_integrity_gate_would_catch(env
         "conftest in src": {**src, "src/conftest.py": allpass},
         "sitecustomize in src": {**src, "src/sitecustomize.py": "import sys; sys.exit(0)\n"},
         ".pth in src": {**src, "src/a.pth": "import os; os._exit(0)\n"},
-        "os._exit at import": {**src, path: "import os\nos._exit(0)\n" + src[path]},
-        "keyboard interrupt": {**src, path: "raise KeyboardInterrupt\n" + src[path]},
-        "skip everything": {**src, path: "import pytest\npytest.skip('x', allow_module_level=True)\n" + src[path]},
-        "fake output": {**src, path: "print('PASSED ' * 99)\n" + src[path]},
+        "os._exit at import": {**src, path: inject("import os\nos._exit(0)\n", src[path])},
+        "keyboard interrupt": {**src, path: inject("raise KeyboardInterrupt\n", src[path])},
+        "skip everything": {**src, path: inject("import pytest\npytest.skip('x', allow_module_level=True)\n",
+                                                src[path])},
+        "fake output": {**src, path: inject("print('PASSED ' * 99)\n", src[path])},
+        "shadowed json": {**src, "src/json.py": "raise SystemExit(0)\n"},
+        "shadowed plugin": {**src, "src/envhub_report.py": "def pytest_sessionfinish(session):\n    pass\n"},
+    }
+    # patching the runner from the module, with the real fix beside it or not, is caught as tampering
+    tampering = {
+        "TestReport patched": {**src, path: inject(PATCH_RUNNER_INDIRECT, src[path])},
+        "TestReport patched over a fix": {**fixed, path: inject(PATCH_RUNNER_INDIRECT, fixed[path])},
+        "outcome forced by __setattr__": {**src, path: inject(FORCE_OUTCOME, src[path])},
     }
     with env.grading_sandbox() as sb:
         assert run_hidden_tests(sb, files=fixed, tests=project_tests(inst.project),
                                 expected=inst.expected_tests).all_passed
     for name, files in attacks.items():
+        compile(files[path], path, "exec")  # the attack runs: it is not a syntax error
         with env.grading_sandbox() as sb:
             result = run_hidden_tests(sb, files=files, tests=project_tests(inst.project), expected=inst.expected_tests)
         assert not result.all_passed, name
+    for name, files in tampering.items():
+        with env.grading_sandbox() as sb:
+            result = run_hidden_tests(sb, files=files, tests=project_tests(inst.project), expected=inst.expected_tests)
+        assert result.tampered and not result.all_passed and not result.outcomes, name
+
+
+def test_injected_attack_code_compiles_in_every_buggy_module(env):
+    """Attack code goes after docstrings and ``from __future__`` imports, so it really runs."""
+    for inst in env.tasks.manifest.instances:
+        for path, text in inst.buggy_files.items():
+            code = "import os\nos._exit(0)\n"
+            module = inject(code, text)
+            compile(module, path, "exec")
+            assert module.replace(code + "\n", "", 1) == text  # nothing of the module is lost
 
 
 def test_submissions_from_elsewhere_as_patch_or_file_set(tmp_path, sample):
@@ -167,6 +202,34 @@ def test_harbor_export_grades_like_envhub(tmp_path, sample):
             subprocess.run(["bash", str(task / "solution" / "solve.sh")], env=env, check=True)
         subprocess.run(["bash", str(task / "tests" / "test.sh")], env=env, check=True, capture_output=True)
         assert (logs / "reward.txt").read_text().strip() == expected
+
+
+@pytest.mark.docker
+def test_harbor_task_builds_and_is_solved_in_its_own_container(tmp_path, sample):
+    """What Harbor does: build environment/, let the agent (here solve.sh) work as the image's
+    user, then upload tests/ and run test.sh; the reward file says 1 for the fix, 0 for nothing."""
+    require_backend("docker")
+    out = tmp_path / "harbor"
+    subprocess.run(["envhub", "tasks", "export", ENV, str(out), "--format", "harbor", "--split", "train",
+                    "--limit", "1"], check=True, capture_output=True, timeout=300)
+    [task] = list(out.iterdir())
+    tag = f"envhub-test-harbor:{task.name.lower()}"
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(task / "environment")], check=True,
+                   capture_output=True, timeout=300)
+    try:
+        for solve, expected in ((False, "0"), (True, "1")):
+            logs = tmp_path / f"logs{solve}"
+            logs.mkdir(mode=0o777)
+            logs.chmod(0o777)
+            agent = "bash /solution/solve.sh && " if solve else ""
+            res = subprocess.run(
+                ["docker", "run", "--rm", "--network", "none", "-v", f"{task / 'solution'}:/solution:ro",
+                 "-v", f"{task / 'tests'}:/tests:ro", "-v", f"{logs}:/logs/verifier", tag,
+                 "bash", "-c", f"{agent}bash /tests/test.sh"], capture_output=True, text=True, timeout=300)
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert (logs / "reward.txt").read_text().strip() == expected, res.stdout + res.stderr
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, timeout=120)
 
 
 def test_unknown_instance_is_a_clear_error(env):

@@ -29,16 +29,30 @@ class TestResults:
     missing: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     collection_errors: list[str] = field(default_factory=list)
+    #: what the report plugin caught the submission changing at run time (then no outcome counts)
+    tampered: list[str] = field(default_factory=list)
     timed_out: bool = False
     report_written: bool = True
     output_tail: str = ""
 
     @property
     def all_passed(self) -> bool:
-        return not self.missing and not self.failed and not self.timed_out
+        return not self.missing and not self.failed and not self.timed_out and not self.tampered
 
     def passed(self, tests: list[str]) -> list[str]:
         return [t for t in tests if self.outcomes.get(t) == "passed"]
+
+
+def grading_bootstrap(test_paths: tuple[str, ...] = ("tests",), source_roots: tuple[str, ...] = ("src",)) -> str:
+    """``python3 -I -c`` source that runs the hidden tests with the report plugin.
+
+    pytest and the plugin are imported before the submission's roots join ``sys.path``, so a
+    submitted ``pytest.py``, ``json.py`` or ``envhub_report.py`` cannot stand in for them.
+    """
+    args = [*test_paths, "-q", "--tb=line", "-p", "no:cacheprovider", "-p", PLUGIN_MODULE, "-c", "/dev/null",
+            "--rootdir", "."]
+    return (f"import sys; sys.path.insert(0, {GRADE_DIR!r}); import pytest, {PLUGIN_MODULE}; "
+            f"sys.path[1:1] = {list(source_roots)!r}; sys.exit(pytest.main({args!r}))")
 
 
 def run_hidden_tests(
@@ -55,12 +69,7 @@ def run_hidden_tests(
     nonce = secrets.token_hex(12)
     report = f"{GRADE_DIR}/report-{nonce}.json"
     sandbox.write_files({**files, **tests, f"{GRADE_DIR}/{PLUGIN_MODULE}.py": PLUGIN_SOURCE})
-    bootstrap = (
-        "import sys; "
-        f"sys.path[:0] = {[*source_roots, GRADE_DIR]!r}; "
-        "import pytest; "
-        f"sys.exit(pytest.main({[*test_paths, '-q', '--tb=line', '-p', 'no:cacheprovider', '-p', PLUGIN_MODULE, '-c', '/dev/null', '--rootdir', '.']!r}))"
-    )
+    bootstrap = grading_bootstrap(test_paths, source_roots)
     env = {"ENVHUB_REPORT": report, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     fork = getattr(sandbox, "exec_python", None)
     if fork is not None:  # a child of the resident executor, pytest already imported (same isolation)
@@ -78,6 +87,7 @@ def run_hidden_tests(
         return out
     out.outcomes = {str(k): str(v) for k, v in data.get("outcomes", {}).items()}
     out.collection_errors = list(data.get("collection_errors", []))
+    out.tampered = [str(t) for t in data.get("tampered", [])]
     out.missing = [t for t in expected if t not in out.outcomes]
     out.failed = [t for t in expected if t in out.outcomes and out.outcomes[t] != "passed"]
     return out

@@ -7,6 +7,7 @@ pytest run implicitly, patching the test runner, leaving the process early, or f
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,15 @@ def _init(self, *a, **k):
     self.outcome = "passed"
 _r.TestReport.__init__ = _init
 '''
+# The same patch, reaching pytest through a computed name that no list of banned names contains.
+PATCH_RUNNER_INDIRECT = '''import sys as _s
+_r = getattr(_s, "mod" + "ules")["_pytest.reports"]
+_o = _r.TestReport.__init__
+def _i(self, *a, **k):
+    _o(self, *a, **k)
+    self.outcome = "passed"
+_r.TestReport.__init__ = _i
+'''
 WRITE_REPORT = '''import json as _json, os as _os
 for _p in (_os.environ.get("ENVHUB_REPORT", "report.json"), "/logs/verifier/reward.txt", "reward.txt"):
     try:
@@ -50,14 +60,29 @@ def _module(env: CodeRepairEnv, task: Task) -> tuple[str, str]:
     return path, inst.buggy_files[path]
 
 
+def inject(code: str, module: str) -> str:
+    """``module`` with ``code`` run first: after its docstring and ``__future__`` imports, which
+    must stay on top, so that the attack compiles and really runs when the module is imported."""
+    tree = ast.parse(module)
+    line = 0
+    for i, node in enumerate(tree.body):
+        docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        if not (docstring or (isinstance(node, ast.ImportFrom) and node.module == "__future__")):
+            break
+        line = node.end_lineno or line
+    lines = module.splitlines(keepends=True)
+    return "".join(lines[:line]) + ("\n" if line and not lines[line - 1].endswith("\n") else "") \
+        + code + "\n" + "".join(lines[line:])
+
+
 def _prepend(code: str, *, fix: bool = False) -> Callable[[CodeRepairEnv, Task], list[Action]]:
-    """Put ``code`` at the top of the buggy module (optionally on top of the real fix)."""
+    """Run ``code`` at the top of the buggy module (optionally on top of the real fix)."""
 
     def actions(env: CodeRepairEnv, task: Task) -> list[Action]:
         path, text = _module(env, task)
         if fix:
             text = project_sources(env.tasks.instance(task.task_id).project)[path]
-        return _write({path: code + "\n" + text})
+        return _write({path: inject(code, text)})
 
     return actions
 
@@ -104,6 +129,12 @@ def code_repair_attacks() -> list[SuiteCase]:
         a("patch_test_runner", "fail", _prepend(PATCH_RUNNER), "monkeypatch pytest's TestReport from the module"),
         a("patch_runner_with_fix", "fail", _prepend(PATCH_RUNNER, fix=True),
           "a real fix plus a pytest patch (cheating is rejected even when the fix is right)"),
+        a("patch_runner_indirect", "fail", _prepend(PATCH_RUNNER_INDIRECT),
+          "monkeypatch pytest's TestReport through sys.modules reached by a computed name"),
+        a("patch_runner_indirect_with_fix", "fail", _prepend(PATCH_RUNNER_INDIRECT, fix=True),
+          "a real fix plus the indirect pytest patch"),
+        a("shadow_stdlib_module", "fail", _plant(lambda e, t: {"src/json.py": "raise SystemExit(0)\n"}),
+          "a src/json.py that replaces the standard library's for the test run"),
         a("sys_exit_at_import", "fail", _prepend("import sys\nsys.exit(0)\n"), "exit 0 at import"),
         a("os_exit_at_import", "fail", _prepend("import os\nos._exit(0)\n"), "os._exit(0) at import"),
         a("raise_system_exit", "fail", _prepend("raise SystemExit(0)\n"), "SystemExit at import"),

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from envhub.verifiers import integrity
+from envhub.verifiers.pytest_grader import grading_bootstrap
 
 from .manifest import Instance
 from .workspace import agent_files, project_sources, project_tests
@@ -30,11 +31,18 @@ python3 "$(dirname "$0")/grade.py" || echo 0 > "${ENVHUB_LOG_DIR:-/logs/verifier
 
 
 def _dockerfile(base_image: str) -> str:
+    # the base image runs as the unprivileged uid 1000: the agent must own the repository it edits
     return (
         f"FROM {base_image}\n"
         "WORKDIR /app\n"
-        "COPY repo/ /app/\n"
+        "COPY --chown=1000:1000 repo/ /app/\n"
     )
+
+
+def _instruction(prompt: str) -> str:
+    """The env's prompt, for an agent with a shell instead of envhub's tools."""
+    return (prompt.replace("Repository:", "Repository (in /app):", 1)
+            .replace("then call `submit`", "then stop (your final /app is graded)") + "\n")
 
 
 def _task_toml(inst: Instance, prompt_difficulty: str) -> str:
@@ -60,7 +68,7 @@ def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str)
     tmp = Path(tempfile.mkdtemp(prefix=f".{inst.instance_id}.", dir=dest))
     try:
         given = agent_files(inst)
-        (tmp / "instruction.md").write_text(prompt.replace("Repository:", "Repository (in /app):", 1) + "\n")
+        (tmp / "instruction.md").write_text(_instruction(prompt))
         (tmp / "task.toml").write_text(_task_toml(inst, {1: "easy", 2: "medium", 3: "hard"}[inst.difficulty]))
         env_dir = tmp / "environment"
         for rel, text in given.items():
@@ -76,7 +84,8 @@ def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str)
         shutil.copy(HERE / "harbor_grade.py", tests / "grade.py")
         shutil.copy(VERIFIERS / "integrity.py", tests / "integrity.py")
         shutil.copy(VERIFIERS / "pytest_report_plugin.py", tests / "envhub_report.py")
-        (tests / "expected.json").write_text(json.dumps({"expected": inst.expected_tests, "given": given}))
+        (tests / "expected.json").write_text(json.dumps({"expected": inst.expected_tests, "given": given,
+                                                         "bootstrap": grading_bootstrap()}))
         (tests / "test.sh").write_text(TEST_SH)
         (tests / "test.sh").chmod(0o755)
         original = project_sources(inst.project)

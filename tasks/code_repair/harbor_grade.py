@@ -63,9 +63,7 @@ def main():
     os.makedirs(os.path.join(work, ".envhub_grade"))
     shutil.copy(os.path.join(HERE, "envhub_report.py"), os.path.join(work, ".envhub_grade"))
     report = os.path.join(work, ".envhub_grade", f"report-{secrets.token_hex(12)}.json")
-    boot = ("import sys; sys.path[:0] = ['src', '.envhub_grade']; import pytest; "
-            "sys.exit(pytest.main(['tests', '-q', '-p', 'no:cacheprovider', '-p', 'envhub_report', "
-            "'-c', '/dev/null', '--rootdir', '.']))")
+    boot = spec["bootstrap"]  # the same command line as envhub's own grader
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "ENVHUB_REPORT": report,
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     try:
@@ -75,7 +73,10 @@ def main():
     if not os.path.exists(report):
         finish(0, "no test report (the run exited early)")
     with open(report) as fh:
-        outcomes = json.load(fh)["outcomes"]
+        data = json.load(fh)
+    if data.get("tampered"):
+        finish(0, "tampering detected while the tests ran: " + "; ".join(data["tampered"][:5]))
+    outcomes = data["outcomes"]
     bad = [t for t in spec["expected"] if outcomes.get(t) != "passed"]
     if bad:
         finish(0, f"{len(bad)} of {len(spec['expected'])} hidden tests did not pass, e.g. {bad[0]}")

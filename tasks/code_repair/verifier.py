@@ -83,6 +83,9 @@ class HiddenTests:
         with self.env.grading_sandbox() as sandbox:
             results = run_hidden_tests(sandbox, files=sources, tests=project_tests(inst.project),
                                        expected=inst.expected_tests, timeout=120.0)
+        if results.tampered:
+            raise GateFailure(Outcome.FORMAT_ERROR, "tampering detected while the tests ran: "
+                              + "; ".join(results.tampered[:5]))
         f2p_passed = len(results.passed(inst.fail_to_pass))
         p2p_ok = len(results.passed(inst.pass_to_pass)) == len(inst.pass_to_pass)
         score = f2p_passed / len(inst.fail_to_pass) if p2p_ok else 0.0
