@@ -12,7 +12,7 @@ from envhub.parsing import format_tool_call
 from envhub.tasks.code_repair.attacks import PATCH_RUNNER_INDIRECT, inject
 from envhub.tasks.code_repair.workspace import agent_files, project_sources, project_tests
 from envhub.verifiers.pytest_grader import run_hidden_tests
-from envhub.verifiers.suite import run_suite
+from envhub.verifiers.suite import NotApplicable, run_suite
 
 ENV = "envhub/CodeRepair-v0"
 
@@ -260,7 +260,28 @@ def test_verify_command_over_every_instance_exits_zero(env, tmp_path):
     report = json.loads(out.read_text())
     total = len(env.tasks.manifest.instances)
     assert report["violations"] == 0 and report["cases"]["gold"]["rate"] == 1.0
-    assert len(report["cases"]) >= 20 and all(row["tasks"] == total for row in report["cases"].values())
+    assert len(report["cases"]) >= 20
+    assert all(row["tasks"] + row["not_applicable"] == total for row in report["cases"].values())
+    assert report["cases"]["hardcode_issue_examples"]["tasks"] >= 100  # applicable to ~a third
+
+
+def test_hardcoding_the_issue_examples_takes_effect_and_still_fails(env):
+    """The attack is real -- the issue's own calls now give the expected values, so some
+    fail-to-pass tests pass -- and the hidden tests still reject every such submission."""
+    cases = {c.name: c for c in env.suite_cases()}
+    played = effective = 0
+    for inst in env.tasks.manifest.by_split("validation"):
+        try:
+            verdict = env.play(inst.instance_id, lambda task: cases["hardcode_issue_examples"].actions(env, task))
+        except NotApplicable:
+            continue
+        played += 1
+        details = next(layer for layer in verdict.layers if layer.name == "hidden_tests").details
+        effective += details["fail_to_pass_passed"] >= 1
+        assert verdict.outcome is envhub.Outcome.WRONG_ANSWER, (inst.instance_id, verdict.detail)
+        if played == 12:
+            break
+    assert played == 12 and effective >= 6, (played, effective)
 
 
 def test_gold_and_noop_rollouts(tmp_path):

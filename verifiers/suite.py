@@ -33,6 +33,11 @@ class SuiteCase:
     description: str = ""
 
 
+class NotApplicable(Exception):
+    """Raised by a case's ``actions`` when the case cannot be built for a task (it is then counted
+    apart, so that a case never looks stronger than it is)."""
+
+
 def answer_case(name: str, make_answer: Callable[[Task], str], description: str = "") -> SuiteCase:
     """An attack that submits a crafted answer string through the terminal tool."""
     return SuiteCase(
@@ -63,9 +68,12 @@ class CaseResult:
     outcome: str
     reward: float
     detail: str
+    applicable: bool = True
 
     @property
     def violation(self) -> bool:
+        if not self.applicable:
+            return False
         if Outcome(self.outcome).is_infra:
             return True
         return (self.outcome == Outcome.SUCCESS.value) != (self.expect == "pass")
@@ -79,7 +87,11 @@ class SuiteReport:
     def by_case(self) -> dict[str, dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {}
         for r in self.results:
-            row = rows.setdefault(r.case, {"expect": r.expect, "tasks": 0, "as_expected": 0, "violations": []})
+            row = rows.setdefault(r.case, {"expect": r.expect, "tasks": 0, "as_expected": 0, "violations": [],
+                                           "not_applicable": 0})
+            if not r.applicable:
+                row["not_applicable"] += 1
+                continue
             row["tasks"] += 1
             if r.violation:
                 row["violations"].append({"task_id": r.task_id, "outcome": r.outcome, "detail": r.detail[:500]})
@@ -130,6 +142,8 @@ def run_suite(
         try:
             verdict = e.play(task_id, lambda task: case.actions(e, task))
             return CaseResult(case.name, task_id, case.expect, verdict.outcome.value, verdict.reward, verdict.detail)
+        except NotApplicable as why:
+            return CaseResult(case.name, task_id, case.expect, "", 0.0, str(why), applicable=False)
         except Exception as exc:  # the suite machinery itself failed on this case
             return CaseResult(case.name, task_id, case.expect, Outcome.VERIFIER_ERROR.value, 0.0, repr(exc))
 
