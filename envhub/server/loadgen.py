@@ -136,6 +136,12 @@ class LeanWebSocket(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def freeze(self) -> None:
+        """Go silent without closing, like a peer whose machine vanished: the connection stays
+        open (half-open from the server's side) and pings go unanswered."""
+        if self.transport is not None:
+            self.transport.pause_reading()
+
 
 async def open_ws(host: str, port: int, path: str = "/ws",
                   headers: dict[str, str] | None = None) -> LeanWebSocket:
