@@ -8,14 +8,18 @@ env's new messages), so a session server never sees a rewritten history.
 
 With a TITO server (``tito=True``) each episode gets its own session; the sampled text and token
 ids come back in the response's ``envhub`` field and the full masked token view from
-``/sessions/{id}/trajectory``, so ``run_rollouts`` records token-exact trajectories. Against
-other servers the record has the actions as text only (no token view).
+``/sessions/{id}/trajectory``, so ``run_rollouts`` records token-exact trajectories. The policy's
+``describe()`` records the server's tokenizer and chat-template hash (from ``GET /info``), so
+``envhub audit`` can decode the run. Reading the token view at the episode's end closes the
+session (``DELETE /sessions/{id}``); ``close()`` deletes any session still open. Against other
+servers the record has the actions as text only (no token view).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 from envhub.env import Env
@@ -56,13 +60,31 @@ class OpenAIChatAgent:
     """One episode's conversation with a chat endpoint (see the module docstring)."""
 
     def __init__(self, client: Any, chat_url: str, tools: list[ToolSpec], request_kwargs: dict[str, Any],
-                 session_url: str | None) -> None:
+                 session_url: str | None, on_close: Any = None) -> None:
         self.client, self.chat_url, self.session_url = client, chat_url, session_url
         self.tools = [t.to_openai() for t in tools]
         self.request_kwargs = request_kwargs
         self.messages: list[dict[str, Any]] = []
         self._pending_call_ids: list[str] = []
         self._cached: dict[str, Any] | None = None
+        self._on_close = on_close
+        self.closed = False
+
+    def close(self) -> None:
+        """Delete the episode's session on the server (once; a server that is gone is not an error)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._on_close is not None:
+            self._on_close(self)
+        if self.session_url is None:
+            return
+        try:
+            response = self.client.delete(self.session_url)
+            if response.status_code not in (200, 404):
+                log.warning("deleting session %s answered %s", self.session_url, response.status_code)
+        except Exception as exc:
+            log.warning("could not delete session %s: %r", self.session_url, exc)
 
     def _add_observation(self, observation: Observation) -> None:
         for m in observation.messages:
@@ -72,6 +94,8 @@ class OpenAIChatAgent:
             self.messages.append(d)
 
     def act(self, observation: Observation) -> PolicyOutput:
+        if self.closed:
+            raise EngineError(f"the episode's session {self.session_url} is closed")
         self._add_observation(observation)
         self._cached = None
         payload = {"model": self.request_kwargs.get("model", "envhub"), **self.request_kwargs,
@@ -101,16 +125,22 @@ class OpenAIChatAgent:
 
     def _trajectory(self) -> dict[str, Any] | None:
         """The session's record, or None when there is none to trust (no session, the server is
-        gone, or the history diverged -- impossible for this agent, which only appends)."""
+        gone, or the history diverged -- impossible for this agent, which only appends).
+
+        The runner reads it once the episode is over, so the first read also closes the session."""
         if self.session_url is None:
             return None
-        if self._cached is None:
+        if self._cached is None and not self.closed:
             try:
                 response = self.client.get(f"{self.session_url}/trajectory")
                 response.raise_for_status()
                 traj = response.json()
             except Exception as exc:
                 log.warning("no token record from %s: %r", self.session_url, exc)
+                traj = None
+            finally:
+                self.close()
+            if traj is None:
                 return None
             if traj["divergences"]:
                 log.warning("session %s diverged; recording no token view", traj["session_id"])
@@ -144,7 +174,7 @@ class OpenAIChatPolicy:
 
     ``base_url`` is a server root (``http://host:port``) or, for Miles' agent functions, a
     session's base URL. With ``tito=True`` the server is envhub's TITO server and every episode
-    opens its own session there (token-exact records).
+    opens its own session there (token-exact records), deleted when the episode's record is read.
     """
 
     name = "openai"
@@ -157,6 +187,27 @@ class OpenAIChatPolicy:
         self.tito = tito
         self.request_kwargs = dict(request_kwargs or {})
         self.client = client or httpx.Client(timeout=timeout)
+        self._info: dict[str, Any] | None = None
+        self._open: set[OpenAIChatAgent] = set()
+        self._open_lock = threading.Lock()
+
+    def server_info(self) -> dict[str, Any]:
+        """The TITO server's ``GET /info`` (model, tokenizer, chat-template hash); {} elsewhere."""
+        if not self.tito:
+            return {}
+        if self._info is None:
+            try:
+                response = self.client.get(f"{self.base_url}/info")
+                response.raise_for_status()
+                self._info = dict(response.json())
+            except Exception as exc:
+                log.warning("no server info from %s (is it envhub's TITO server?): %r", self.base_url, exc)
+                return {}
+        return self._info
+
+    def _forget(self, agent: OpenAIChatAgent) -> None:
+        with self._open_lock:
+            self._open.discard(agent)
 
     def start(self, env: Env, observation: Observation, *, seed: int) -> OpenAIChatAgent:
         session_url = None
@@ -170,11 +221,26 @@ class OpenAIChatPolicy:
         kwargs = dict(self.request_kwargs)
         if "seed" not in kwargs and self.tito:
             kwargs["seed"] = seed
-        return OpenAIChatAgent(self.client, chat_url, observation.tools, kwargs, session_url)
+        agent = OpenAIChatAgent(self.client, chat_url, observation.tools, kwargs, session_url,
+                                on_close=self._forget)
+        if session_url is not None:
+            with self._open_lock:
+                self._open.add(agent)
+        return agent
 
     def describe(self) -> dict[str, Any]:
-        return {"model": f"openai:{self.base_url}", "sampling_params": {
+        info = self.server_info()
+        out: dict[str, Any] = {"model": f"openai:{self.base_url}", "sampling_params": {
             k: v for k, v in self.request_kwargs.items() if k not in ("model",)}}
+        if info:
+            out |= {"model": info.get("model") or out["model"], "tokenizer": info.get("tokenizer"),
+                    "chat_template_hash": info.get("chat_template_hash"), "chat_format": info.get("chat_format"),
+                    "max_context": info.get("max_context")}
+        return out
 
     def close(self) -> None:
+        with self._open_lock:
+            left = list(self._open)
+        for agent in left:  # episodes whose record was never read (they crashed): their sessions too
+            agent.close()
         self.client.close()

@@ -19,8 +19,13 @@ messages. Each segment is token-exact on its own; ``GET /sessions/{id}/trajector
 segments, the divergences, and the last segment as the top-level token view.
 
 Routes: ``POST /sessions``, ``POST /sessions/{id}/v1/chat/completions``, ``GET /sessions/{id}``,
-``GET /sessions/{id}/trajectory``, ``DELETE /sessions/{id}``, ``GET /v1/models`` and a sessionless
-``POST /v1/chat/completions`` (one fresh session per request; its id is in the response).
+``GET /sessions/{id}/trajectory``, ``DELETE /sessions/{id}``, ``GET /v1/models``, ``GET /info`` (the
+model, the tokenizer id and chat-template hash a trajectory record needs, the chat format, the
+context size; also in ``GET /sessions/{id}`` as ``server``) and a sessionless
+``POST /v1/chat/completions`` (one fresh session per request; its id is in the response). Sessions
+live until ``DELETE``; sessionless ones are kept only for the ``max_sessionless`` most recent
+requests (least recently created dropped first), so a client that never deletes them cannot
+grow the server without bound.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -44,6 +50,8 @@ except ImportError:  # pragma: no cover - TitoServer itself works without it
     Body = Request = None  # type: ignore[assignment,misc]
 
 DEFAULT_MAX_TOKENS = 256
+#: Sessionless requests whose sessions are kept (to read back their trajectory) before the oldest go.
+DEFAULT_MAX_SESSIONLESS = 64
 
 
 class ChatFormatLike(Protocol):
@@ -297,12 +305,20 @@ class TitoServer:
 
     def __init__(self, engine: Any, tokenizer: Any, chat_format: ChatFormatLike | None = None, *,
                  model_name: str | None = None, default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 default_temperature: float = 1.0) -> None:
+                 default_temperature: float = 1.0, tokenizer_id: str | None = None,
+                 max_sessionless: int = DEFAULT_MAX_SESSIONLESS) -> None:
+        from envhub.adapters.chat_format import template_hash
+
         if chat_format is None:
             from envhub.adapters.chat_format import chat_format_for
 
             chat_format = chat_format_for(tokenizer)
         self.engine, self.tokenizer, self.chat_format = engine, tokenizer, chat_format
+        #: what a trajectory record names the tokenizer by (a path or hub id that loads it)
+        self.tokenizer_id = tokenizer_id or getattr(tokenizer, "name_or_path", None) or None
+        self.chat_template_hash = template_hash(getattr(tokenizer, "chat_template", None))
+        self.max_sessionless = max(1, int(max_sessionless))
+        self._sessionless: OrderedDict[str, None] = OrderedDict()
         self.model_name = model_name or getattr(engine, "model_id", None) or getattr(engine, "name", "envhub")
         self.default_max_tokens = default_max_tokens
         self.default_temperature = default_temperature
@@ -311,6 +327,17 @@ class TitoServer:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._tok_lock = threading.Lock()  # Rust tokenizers are not safe to share across threads
+
+    def info(self) -> dict[str, Any]:
+        """What a trajectory record needs to know of the server's model (``GET /info``)."""
+        return {
+            "model": self.model_name,
+            "tokenizer": str(self.tokenizer_id) if self.tokenizer_id else None,
+            "chat_template_hash": self.chat_template_hash,
+            "chat_format": getattr(self.chat_format, "name", type(self.chat_format).__name__),
+            "max_context": int(getattr(self.engine, "max_context", 0) or 0) or None,
+            "sessions": len(self._sessions),
+        }
 
     # ---- sessions ---------------------------------------------------------------------------------
 
@@ -331,8 +358,27 @@ class TitoServer:
 
     def delete(self, session_id: str) -> None:
         with self._lock:
+            self._sessionless.pop(session_id, None)
             if self._sessions.pop(session_id, None) is None:
                 raise TitoError(404, f"no session {session_id!r}", "session_not_found", "not_found_error")
+
+    def chat_sessionless(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One request in a fresh session. A failed request's session is dropped at once; a
+        completed one is kept among the ``max_sessionless`` most recent (its trajectory stays
+        readable by the id in the response), older ones are dropped."""
+        session = self.create_session(metadata={"sessionless": True})
+        try:
+            result = self.chat(session.id, body)
+        except BaseException:
+            with self._lock:
+                self._sessions.pop(session.id, None)
+            raise
+        with self._lock:
+            self._sessionless[session.id] = None
+            while len(self._sessionless) > self.max_sessionless:
+                old, _ = self._sessionless.popitem(last=False)
+                self._sessions.pop(old, None)
+        return result
 
     # ---- tokens -------------------------------------------------------------------------------------
 
@@ -547,6 +593,10 @@ def create_app(server: TitoServer) -> Any:
     def health() -> dict[str, Any]:
         return {"status": "ok", "model": server.model_name}
 
+    @app.get("/info")
+    def info() -> dict[str, Any]:
+        return server.info()
+
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": server.model_name, "object": "model", "owned_by": "envhub"}]}
@@ -559,7 +609,7 @@ def create_app(server: TitoServer) -> Any:
 
     @app.get("/sessions/{session_id}")
     def get_session(session_id: str) -> dict[str, Any]:
-        return server.get(session_id).summary()
+        return server.get(session_id).summary() | {"server": server.info()}
 
     @app.get("/sessions/{session_id}/trajectory")
     def get_trajectory(session_id: str) -> dict[str, Any]:
@@ -578,8 +628,7 @@ def create_app(server: TitoServer) -> Any:
 
     @app.post("/v1/chat/completions")
     def chat(body: dict[str, Any] = Body(...)) -> Any:
-        session = server.create_session()
-        return _respond(server.chat(session.id, body), body)
+        return _respond(server.chat_sessionless(body), body)
 
     return app
 

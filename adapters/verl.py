@@ -11,9 +11,17 @@ template tokens -- and returns ``AgentLoopOutput`` with the verifier's reward as
 replicas, sticky per episode), bridged to envhub's synchronous Engine protocol; the episode runs
 in a worker thread so veRL's event loop keeps serving other samples.
 
-The response is cut to ``rollout.response_length`` here, as veRL's own loops do; a cut record
-says so in ``extra_fields["envhub"]["truncated_response"]``. Write the YAML and a task dataset
-with ``envhub export RUN --format verl`` or :func:`envhub.adapters.export.verl.agent_loop_yaml`.
+The episode is bounded so that its whole response -- sampled tokens *and* env-reply tokens --
+fits ``rollout.response_length``: the policy's context is ``len(prompt_ids) + response_length``,
+fixed once the prompt is rendered, and each turn may sample at most what is left of it. An
+episode that runs out of room ends as ``context_overflow`` (reward 0), as veRL's
+``ToolAgentLoop`` stops at ``response_length``. A prompt longer than ``rollout.prompt_length`` is
+refused with a :class:`ValueError` (veRL's dataset does the same with ``truncation="error"``),
+never played and never reported as an env failure. Should a response still come back longer
+(a server that ignores ``max_tokens``), it is cut to ``response_length`` as veRL's own loops do,
+marked ``extra_fields["envhub"]["truncated_response"]``, and scored 0: the verifier judged the
+uncut episode, not the one the trainer sees. Write the YAML and a task dataset with
+``envhub export RUN --format verl`` or :func:`envhub.adapters.export.verl.agent_loop_yaml`.
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from envhub.adapters.export.common import envhub_metadata
+from envhub.adapters.export.common import envhub_metadata, trainable_mask
 from envhub.adapters.export.verl import verl_num_turns
+from envhub.adapters.model_policy import ModelAgent, ModelPolicy
 from envhub.errors import EngineError
-from envhub.types import OutcomeClass, TrajectoryRecord
+from envhub.policies import PolicyOutput
+from envhub.types import Observation, TrajectoryRecord
 
 
 class ServerManagerEngine:
@@ -101,11 +111,58 @@ class ServerManagerEngine:
         pass
 
 
+class PromptTooLongError(ValueError):
+    """The rendered prompt does not fit ``rollout.prompt_length``."""
+
+
+class _BoundedAgent(ModelAgent):
+    """A :class:`ModelAgent` whose turns sample at most what is left of the response budget.
+
+    The env's reply is appended before the next turn, so the room for that turn is the policy's
+    ``max_context`` minus the record so far minus the reply; with no room left, the plain agent's
+    check raises :class:`~envhub.errors.ContextOverflowError` (the episode ends as
+    ``context_overflow``).
+    """
+
+    policy: _BoundedPolicy
+
+    def act(self, observation: Observation) -> PolicyOutput:
+        policy = self.policy
+        room = policy.max_context - self.length
+        if self._turns:
+            room -= len(policy.encode(policy.format.observation_text(observation.messages, closed=self._closed)))
+        cap = policy.turn_params.max_new_tokens
+        policy.params = policy.turn_params.with_(max_new_tokens=min(cap, room) if room > 0 else cap)
+        return super().act(observation)
+
+
+class _BoundedPolicy(ModelPolicy):
+    """One episode's policy: its context is the prompt plus ``response_length``, set at start."""
+
+    def __init__(self, *args: Any, prompt_length: int, response_length: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prompt_length, self.response_length = prompt_length, response_length
+        self.turn_params = self.params
+        self.rejected: str | None = None
+
+    def start(self, env: Any, observation: Observation, *, seed: int) -> _BoundedAgent:
+        agent = _BoundedAgent(self, observation, seed)
+        n = len(agent.prompt_ids)
+        if n > self.prompt_length:
+            self.rejected = (f"task {env.episode.task.task_id if env.episode else '?'}: the rendered prompt has "
+                             f"{n} tokens > rollout.prompt_length {self.prompt_length}; raise prompt_length or "
+                             "leave the task out of the dataset")
+            raise PromptTooLongError(self.rejected)
+        self.max_context = n + self.response_length
+        return agent
+
+
 class EnvhubAgentLoop(AgentLoopBase):
     """``AgentLoopBase`` that runs one envhub episode per sample (see the module docstring).
 
     Options (extra keys of its YAML entry): ``env_id`` (when rows carry none), ``env_kwargs``,
-    ``split``, ``max_new_tokens`` (per turn; default: ``rollout.response_length``).
+    ``split``, ``max_new_tokens`` (per turn; default: ``rollout.response_length``; a turn never
+    samples more than what is left of ``response_length``).
     """
 
     def __init__(self, *args: Any, env_id: str | None = None, env_kwargs: dict[str, Any] | None = None,
@@ -121,7 +178,6 @@ class EnvhubAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         from envhub.adapters.engine import SamplingParams
-        from envhub.adapters.model_policy import ModelPolicy
 
         extra = dict(kwargs.get("extra_info") or {})
         env_id = extra.get("env_id") or self.env_id
@@ -142,10 +198,13 @@ class EnvhubAgentLoop(AgentLoopBase):
             top_p=float(sampling_params.get("top_p", 1.0) or 1.0),
             top_k=max(int(sampling_params.get("top_k", -1) or -1), 0),
         )
-        policy = ModelPolicy(engine, self.tokenizer, params=params, max_context=engine.max_context,
-                             name="verl", model_id="verl")
+        policy = _BoundedPolicy(engine, self.tokenizer, params=params, max_context=engine.max_context,
+                                name="verl", model_id="verl", prompt_length=self.prompt_length,
+                                response_length=self.response_length)
         seed = int(hashlib.sha1(f"{task_id}|{request_id}".encode()).hexdigest()[:8], 16)
         record = await loop.run_in_executor(None, self._play, env_id, task_id, policy, seed, request_id)
+        if policy.rejected is not None:  # a configuration problem, not an env failure: never a sample
+            raise PromptTooLongError(f"envhub agent loop: {policy.rejected}")
         return self.to_output(record, engine)
 
     def _play(self, env_id: str, task_id: str, policy: Any, seed: int, episode_id: str) -> TrajectoryRecord:
@@ -161,13 +220,12 @@ class EnvhubAgentLoop(AgentLoopBase):
 
     def to_output(self, record: TrajectoryRecord, engine: ServerManagerEngine) -> AgentLoopOutput:
         n = self.response_length
-        infra = record.outcome_class is OutcomeClass.INFRA_FAILURE
-        mask = list(record.response_mask[:n])
-        if infra:  # our failure, not the model's: keep the sample, never its gradient
-            mask = [0] * len(mask)
+        # infra failures are ours, not the model's: the sample is kept, never its gradient
+        mask = trainable_mask(record)[:n]
+        truncated = len(record.response_ids) > n
         meta = envhub_metadata(record) | {
-            "truncated_response": len(record.response_ids) > n,
-            "reward": record.reward,
+            "truncated_response": truncated,
+            "reward": record.reward,  # the verifier's, of the uncut episode
             "logprobs_missing": engine.logprobs_missing,
         }
         return AgentLoopOutput(
@@ -175,7 +233,8 @@ class EnvhubAgentLoop(AgentLoopBase):
             response_ids=list(record.response_ids[:n]),
             response_mask=mask,
             response_logprobs=None if engine.logprobs_missing else list(record.response_logprobs[:n]),
-            reward_score=float(record.reward),
+            # a cut response is not the episode the verifier judged: it earns nothing
+            reward_score=0.0 if truncated else float(record.reward),
             num_turns=verl_num_turns(record),
             metrics=AgentLoopMetrics(
                 generate_sequences=engine.generate_seconds,

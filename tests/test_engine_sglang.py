@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from envhub.adapters.engine import SamplingParams
-from envhub.errors import EngineError
+from envhub.errors import ContextOverflowError, EngineError
 from envhub.trainer.engines.sglang_client import (
     SGLangEngine,
     SGLangLaunchConfig,
@@ -116,7 +116,8 @@ def test_request_body_follows_generate_req_input():
 def test_generate_reads_tokens_logprobs_finish_and_version(server):
     engine = SGLangEngine(server.url)
     expected = fixture("generate_response_stop")
-    out = engine.generate(fixture("generate_request")["input_ids"], REQUEST_PARAMS)
+    with pytest.warns(RuntimeWarning, match="top_p=0.9"):  # its logprobs are not of the top-p set
+        out = engine.generate(fixture("generate_request")["input_ids"], REQUEST_PARAMS)
     triples = expected["meta_info"]["output_token_logprobs"]
     assert out.token_ids == [t[1] for t in triples] == expected["output_ids"]
     assert out.logprobs == [t[0] for t in triples]
@@ -143,6 +144,46 @@ def test_aborts_and_errors_are_engine_errors(server, status, answer):
     server.generate_answers.append((status, fixture(answer)))
     with pytest.raises(EngineError):
         SGLangEngine(server.url, max_context=4096).generate([1, 2, 3], SamplingParams())
+
+
+@pytest.mark.parametrize("answer", ["generate_error_context_length", "generate_error_context_total"])
+def test_context_length_errors_are_context_overflow(server, answer):
+    """SGLang's 400 for a request that does not fit the context is the model's context overflow,
+    not an engine failure (infra)."""
+    server.generate_answers.append((400, fixture(answer)))
+    with pytest.raises(ContextOverflowError, match="context length"):
+        SGLangEngine(server.url, max_context=4096).generate([1, 2, 3], SamplingParams())
+    with pytest.raises(ContextOverflowError):  # the same message in a 200 error object
+        parse_generate_response(fixture(answer))
+
+
+def test_a_context_length_error_ends_the_episode_as_context_overflow(server, tmp_path):
+    from envhub.policies import make_policy
+    from envhub.rollout import run_rollouts
+    from envhub.trainer.tiny import build_tiny_model
+
+    server.generate_answers.append((400, fixture("generate_error_context_total")))
+    policy = make_policy(f"sglang:{server.url}?tokenizer={build_tiny_model()}&max_new_tokens=64")
+    report = run_rollouts("envhub/Computation-v0", policy, out_dir=tmp_path, episodes=1,
+                          env_kwargs={"sandbox": "process", "kinds": ["fraction"], "levels": [1]}).report
+    assert report["by_outcome"].get("context_overflow") == 1 and report["by_class"]["infra_failure"] == 0
+
+
+def test_truncated_sampling_warns_once_about_logprobs(server):
+    import warnings
+
+    engine = SGLangEngine(server.url, max_context=4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # full-distribution and greedy requests do not warn
+        engine.generate([1, 2, 3], SamplingParams(max_new_tokens=4))
+        engine.generate([1, 2, 3], SamplingParams(max_new_tokens=4, temperature=0.0, top_p=0.5))
+    with pytest.warns(RuntimeWarning, match="temperature scaling only"):
+        engine.generate([1, 2, 3], SamplingParams(max_new_tokens=4, top_p=0.9))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per engine
+        engine.generate([1, 2, 3], SamplingParams(max_new_tokens=4, top_k=20))
+    with pytest.warns(RuntimeWarning, match="top_k=20"):
+        SGLangEngine(server.url, max_context=4096).generate([1, 2, 3], SamplingParams(max_new_tokens=4, top_k=20))
 
 
 def test_malformed_answers_are_engine_errors():

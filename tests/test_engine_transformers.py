@@ -150,6 +150,38 @@ def test_weight_update_sets_the_version(engine, prompts):
     assert engine.generate(prompts[0], GREEDY.with_(max_new_tokens=2)).weight_version == "step-7"
 
 
+def test_a_state_dict_that_does_not_match_is_refused(engine, prompts):
+    """A wrong state dict must not load nothing and still bump the version."""
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    version = engine.weight_version
+    wrong_names = {f"module.{k}": torch.zeros_like(v) for k, v in before.items()}  # e.g. a wrapper's prefix
+    with pytest.raises(EngineError, match=r"missing.*unexpected"):
+        engine.update_weights(wrong_names, version="bad-1")
+    ptrs = [v.data_ptr() for v in engine.model.state_dict().values()]
+    untied = next(k for k, v in engine.model.state_dict().items() if ptrs.count(v.data_ptr()) == 1)
+    partial = {k: torch.zeros_like(v) for k, v in before.items() if k != untied}
+    with pytest.raises(EngineError, match=f"1 missing \\({untied}\\)"):
+        engine.update_weights(partial, version="bad-2")
+    name = next(iter(before))
+    with pytest.raises(EngineError, match="wrong shape"):
+        engine.update_weights({**before, name: torch.zeros(3, 3)}, version="bad-3")
+    with pytest.raises(EngineError, match="1 unexpected"):
+        engine.update_weights({**before, "extra.weight": torch.zeros(1)}, version="bad-4")
+    assert engine.weight_version == version  # nothing changed
+    assert all(torch.equal(v, before[k]) for k, v in engine.model.state_dict().items())
+    assert engine.generate(prompts[0], GREEDY.with_(max_new_tokens=2)).weight_version == version
+
+
+def test_a_tied_weight_may_come_under_one_name(engine):
+    state = engine.model.state_dict()
+    tied = [k for k, v in state.items() for j, w in state.items()
+            if k < j and v.data_ptr() == w.data_ptr() and v.numel()]
+    if not tied:
+        pytest.skip("the tiny model ties no weights")
+    version = engine.update_weights({k: v.clone() for k, v in state.items() if k != tied[0]}, version="tied-ok")
+    assert version == "tied-ok"
+
+
 def test_closed_engine_refuses(prompts):
     eng = TransformersEngine.from_pretrained(build_tiny_model())
     eng.generate(prompts[0], GREEDY.with_(max_new_tokens=1))

@@ -43,10 +43,13 @@ def test_records_follow_the_documented_schema(run_dir: Path, tmp_path: Path) -> 
 
 
 def test_truncation_to_response_length(run_dir: Path) -> None:
-    rec = next(r for r in load_records(run_dir) if len(r.response_ids) > 10)
+    rec = next(r for r in load_records(run_dir) if len(r.response_ids) > 10 and r.reward == 1.0)
     out = to_agent_loop_output(rec, response_length=10)
     assert out["response_ids"] == rec.response_ids[:10] and len(out["response_mask"]) == 10
     assert out["extra_fields"]["truncated_response"] is True
+    assert out["reward_score"] == 0.0  # not the success reward of the uncut episode
+    whole = to_agent_loop_output(rec, response_length=len(rec.response_ids))
+    assert whole["extra_fields"]["truncated_response"] is False and whole["reward_score"] == 1.0
 
 
 # ---- against the real veRL classes -----------------------------------------------------------------------
@@ -77,10 +80,11 @@ def test_export_validates_as_agent_loop_output(run_dir: Path, tmp_path: Path) ->
 class FakeServerManager:
     """veRL's ``server_manager.generate`` contract, answering from a script with real tokens."""
 
-    def __init__(self, script: list[str], *, fail_on: int | None = None) -> None:
+    def __init__(self, script: list[str], *, fail_on: int | None = None, honor_max_tokens: bool = True) -> None:
         self.tok = smollm2_tokenizer()
         self.end = self.tok.convert_tokens_to_ids("<|im_end|>")
         self.script, self.fail_on = script, fail_on
+        self.honor_max_tokens = honor_max_tokens  # vLLM / SGLang do; False stands for one that does not
         self.requests: list[tuple[str, int, dict[str, Any]]] = []
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
@@ -92,14 +96,18 @@ class FakeServerManager:
         if turn == self.fail_on:
             raise RuntimeError("replica died")
         ids = [*self.tok.encode(self.script[turn], add_special_tokens=False), self.end]
-        return TokenOutput(token_ids=ids, log_probs=[-0.3] * len(ids), stop_reason="completed")
+        stop = "completed"
+        if self.honor_max_tokens and len(ids) > sampling_params["max_tokens"]:
+            ids, stop = ids[: sampling_params["max_tokens"]], "length"
+        return TokenOutput(token_ids=ids, log_probs=[-0.3] * len(ids), stop_reason=stop)
 
 
-def _make_loop(server: FakeServerManager, yaml_path: Path, response_length: int = 512) -> Any:
+def _make_loop(server: FakeServerManager, yaml_path: Path, response_length: int = 512,
+               prompt_length: int = 2048) -> Any:
     import hydra
     from omegaconf import OmegaConf
 
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 2048,
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": prompt_length,
                                                                  "response_length": response_length}},
                                "data": {}})
     entry = OmegaConf.load(yaml_path)[0]
@@ -138,11 +146,14 @@ def test_agent_loop_plays_an_episode(run_dir: Path, tmp_path: Path) -> None:
 
 
 @needs_verl
-def test_agent_loop_truncates_and_masks_infra(run_dir: Path, tmp_path: Path) -> None:
+def test_agent_loop_bounds_the_response_and_masks_infra(run_dir: Path, tmp_path: Path) -> None:
     export_run(run_dir, "verl", tmp_path)
     server = FakeServerManager(['Let me look.\n<tool_call>{"name": "lookup", "arguments": {}}</tool_call>', ANSWER])
     out = _run(_make_loop(server, tmp_path / "agent_loop.yaml", response_length=12))
-    assert len(out.response_ids) == 12 and out.extra_fields["envhub"]["truncated_response"] is True
+    # the turn may sample only what fits: the episode runs out of room instead of being cut
+    assert server.requests[0][2]["max_tokens"] == 12
+    assert len(out.response_ids) <= 12 and out.extra_fields["envhub"]["truncated_response"] is False
+    assert out.extra_fields["envhub"]["outcome"] == "context_overflow" and out.reward_score == 0.0
 
     failing = FakeServerManager(['Let me look.\n<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'],
                                 fail_on=1)
@@ -150,3 +161,49 @@ def test_agent_loop_truncates_and_masks_infra(run_dir: Path, tmp_path: Path) -> 
     assert out.extra_fields["envhub"]["outcome"] == "engine_error"
     assert out.response_ids and set(out.response_mask) == {0}  # our failure: no gradient
     assert out.reward_score == 0.0
+
+
+@needs_verl
+def test_agent_loop_fits_env_replies_into_the_response_length(run_dir: Path, tmp_path: Path) -> None:
+    """Observation tokens count against ``response_length``: the second turn may sample only the
+    room left after the tool reply, and a success fits (full reward) only when it all fits."""
+    export_run(run_dir, "verl", tmp_path)
+    script = ['Let me look.\n<tool_call>{"name": "lookup", "arguments": {}}</tool_call>', ANSWER]
+    full = _run(_make_loop(FakeServerManager(script), tmp_path / "agent_loop.yaml"))
+    assert full.reward_score == 1.0
+    n = len(full.response_ids)
+    sampled_last = len(full.response_ids) - max(i for i, m in enumerate(full.response_mask) if m == 0) - 1
+
+    server = FakeServerManager(script)
+    exact = _run(_make_loop(server, tmp_path / "agent_loop.yaml", response_length=n))
+    assert exact.reward_score == 1.0 and exact.response_ids == full.response_ids
+    assert server.requests[1][2]["max_tokens"] == sampled_last  # what was left after the reply
+
+    server = FakeServerManager(script)
+    short = _run(_make_loop(server, tmp_path / "agent_loop.yaml", response_length=n - 3))
+    assert len(short.response_ids) <= n - 3 and short.extra_fields["envhub"]["truncated_response"] is False
+    assert short.extra_fields["envhub"]["outcome"] != "success" and short.reward_score == 0.0
+
+
+@needs_verl
+def test_a_cut_response_earns_no_reward(run_dir: Path, tmp_path: Path) -> None:
+    """A server that ignores ``max_tokens`` returns more than fits: the response is cut to
+    ``response_length`` and the success reward of the uncut episode is not handed on."""
+    export_run(run_dir, "verl", tmp_path)
+    server = FakeServerManager([ANSWER], honor_max_tokens=False)
+    out = _run(_make_loop(server, tmp_path / "agent_loop.yaml", response_length=10))
+    meta = out.extra_fields["envhub"]
+    assert meta["outcome"] == "success" and meta["reward"] == 1.0  # the verifier saw the whole answer
+    assert len(out.response_ids) == 10 and meta["truncated_response"] is True
+    assert out.reward_score == 0.0
+
+
+@needs_verl
+def test_a_prompt_longer_than_prompt_length_is_refused(run_dir: Path, tmp_path: Path) -> None:
+    from envhub.adapters.verl import PromptTooLongError
+
+    export_run(run_dir, "verl", tmp_path)
+    server = FakeServerManager([ANSWER])
+    with pytest.raises(PromptTooLongError, match="prompt_length 16"):
+        _run(_make_loop(server, tmp_path / "agent_loop.yaml", prompt_length=16))
+    assert server.requests == []  # never played

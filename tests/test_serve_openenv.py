@@ -1,9 +1,9 @@
 """Interop with the real ``openenv`` package: its own clients and its validator against our server.
 
 Everything runs on 127.0.0.1 (a server on a background thread, port 0). The computation
-episode uses the family's gold actions; its python tool needs a sandbox backend, so where
-``envhub.sandboxes`` cannot create one yet the test plays the gold *answer* alone (still the
-gold submission, still graded by the verifier) and says so.
+episode plays the family's gold actions, its python tool call included: the server is pinned to
+the ``process`` sandbox backend (which works wherever the tests run), and the test fails, rather
+than skipping the tool call, if the tool does not run.
 """
 
 from __future__ import annotations
@@ -24,15 +24,8 @@ from envhub.server import ServerConfig, create_app  # noqa: E402
 from envhub.server.testing import serve_in_thread  # noqa: E402
 
 ENV_ID = "envhub/Computation-v0"
-
-
-def _sandbox_works() -> bool:
-    env = envhub.make(ENV_ID, sandbox="auto")
-    task = env.tasks.get(env.tasks.task_ids("train")[0])
-    env.reset(task_id=task.task_id)
-    obs = env.step(env.gold_actions(task)[0])
-    env.close()
-    return obs.outcome is None
+#: The backend every test machine has; the gold episode's python call must really run in it.
+SANDBOX = "process"
 
 
 def gold_answer(env: envhub.Env, task_id: str) -> str:
@@ -43,22 +36,22 @@ def gold_answer(env: envhub.Env, task_id: str) -> str:
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    app = create_app(ENV_ID, ServerConfig(max_sessions=8, session_ttl_s=30))
+    app = create_app(ENV_ID, ServerConfig(max_sessions=8, session_ttl_s=30, env_kwargs={"sandbox": SANDBOX}))
     with serve_in_thread(app) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
 def local() -> envhub.Env:
-    return envhub.make(ENV_ID)
+    return envhub.make(ENV_ID, sandbox=SANDBOX)
 
 
 @pytest.fixture(scope="module")
 def gold_plan(local: envhub.Env) -> tuple[str, list[Action]]:
     task = local.tasks.get(local.tasks.task_ids("train")[3])
     actions = local.gold_actions(task)
-    if not _sandbox_works():
-        actions = actions[-1:]  # no sandbox backend here yet: the gold answer alone
+    names = [call.name for a in actions for call in DefaultParser().parse(a.text).calls]
+    assert names[:-1] and "python" in names[:-1] and names[-1] == "answer", names  # a tool call, then the answer
     return task.task_id, actions
 
 
@@ -70,9 +63,16 @@ def test_openenv_generic_client_runs_a_gold_episode_to_success(url: str, gold_pl
         roles = [m["role"] for m in result.observation["messages"]]
         assert roles == ["system", "user"]
         assert {t["name"] for t in result.observation["tools"]} == {"python", "answer"}
+        tool_replies = []
         for action in actions:
             assert not result.done
             result = client.step(action.model_dump(mode="json", exclude_none=True))
+            if not result.done:
+                tool_replies += [m for m in result.observation["messages"] if m["role"] == "tool"]
+        # the python tool really ran in the sandbox: it printed the value the gold answer submits
+        answer = str(DefaultParser().parse(actions[-1].text).calls[0].arguments["answer"])
+        assert tool_replies and any(r.get("name") == "python" and answer in r["content"] for r in tool_replies), \
+            tool_replies
         assert result.done
         assert result.reward == 1.0
         assert result.observation["outcome"] == "success"

@@ -236,6 +236,36 @@ def test_real_model_session() -> None:
     assert first.choices[0].finish_reason in ("stop", "length")
 
 
+def test_sessionless_requests_do_not_accumulate_sessions() -> None:
+    tok = smollm2_tokenizer()
+    server = TitoServer(ScriptedEngine(tok, lambda prompt: FINAL, logprob=-0.5), tok, max_sessionless=3)
+    with LocalServer(create_app(server)) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        ids = [client.chat.completions.create(model="m", messages=START).model_extra["envhub"]["session_id"]
+               for _ in range(6)]
+        with pytest.raises(openai.BadRequestError):  # a failed request keeps no session either
+            client.chat.completions.create(model="m", messages=[{"role": "robot", "content": "hi"}])
+        assert len(server._sessions) == 3 and httpx.get(f"{url}/info").json()["sessions"] == 3
+        assert trajectory(url, ids[-1])["num_turns"] == 1  # the most recent stay readable
+        assert httpx.get(f"{url}/sessions/{ids[0]}").status_code == 404  # the oldest went
+        sid, _ = new_session(url)  # explicit sessions are not subject to the cap
+        for _ in range(4):
+            client.chat.completions.create(model="m", messages=START)
+        assert httpx.get(f"{url}/sessions/{sid}").status_code == 200 and len(server._sessions) == 4
+
+
+def test_server_reports_its_tokenizer() -> None:
+    from envhub.adapters.chat_format import template_hash
+
+    tok = smollm2_tokenizer()
+    with tito(lambda prompt: FINAL) as (url, _):
+        info = httpx.get(f"{url}/info").json()
+        sid, _ = new_session(url)
+        summary = httpx.get(f"{url}/sessions/{sid}").json()
+    assert info["tokenizer"] == tok.name_or_path and info["chat_template_hash"] == template_hash(tok.chat_template)
+    assert info["chat_format"] == "chatml" and summary["server"]["tokenizer"] == info["tokenizer"]
+
+
 def test_sessionless_and_streaming() -> None:
     with tito(lambda prompt: FINAL) as (url, _):
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
@@ -282,12 +312,21 @@ def test_envhub_rollout_through_tito_is_trainable(tmp_path: Path) -> None:
         return 'Check.\n<tool_call>{"name": "lookup", "arguments": {}}</tool_call>' if turn == 0 else \
             '<tool_call>{"name": "answer", "arguments": {"answer": "0"}}</tool_call>'
 
-    with tito(respond) as (url, _):
+    with tito(respond) as (url, server):
         policy = OpenAIChatPolicy(url, tito=True, request_kwargs={"max_tokens": 64})
         run_rollouts("envhub/Computation-v0", policy, out_dir=tmp_path / "run", episodes=2, concurrency=2)
+        assert server._sessions == {}  # every episode deleted its session when it ended
         policy.close()
     records = load_records(tmp_path / "run")
     assert {r.outcome.value for r in records} == {"wrong_answer"}
+    from envhub.adapters.chat_format import template_hash
+    from envhub.trainer.audit import audit_run
+
+    for rec in records:  # the server's tokenizer is on the record, so the audit can decode it
+        assert rec.versions.tokenizer == tok.name_or_path
+        assert rec.versions.chat_template_hash == template_hash(tok.chat_template)
+    audit = audit_run(tmp_path / "run")
+    assert audit["with_tokens"] == 2 and audit["errors"] == 0, audit["issues"]
     for rec in records:
         assert rec.num_turns == 2 and rec.prompt_ids
         runs: list[list[int]] = []  # maximal stretches of sampled (mask 1) tokens
@@ -302,6 +341,24 @@ def test_envhub_rollout_through_tito_is_trainable(tmp_path: Path) -> None:
         assert rec.turns[0].observation_ids and set(rec.response_mask) == {0, 1}
     export_run(tmp_path / "run", "trl", tmp_path / "trl")
     assert [r["response_ids"] for r in read_export(tmp_path / "trl", "trl")] == [r.response_ids for r in records]
+
+
+def test_policy_close_deletes_sessions_left_open() -> None:
+    """An episode whose record was never read (it crashed) still gets its session deleted."""
+    import envhub
+    from envhub.adapters.openai_policy import OpenAIChatPolicy
+
+    env = envhub.make("envhub/Computation-v0", sandbox="process")
+    with tito(lambda prompt: FINAL) as (url, server):
+        policy = OpenAIChatPolicy(url, tito=True)
+        obs = env.reset(task_id=env.tasks.task_ids("train")[0])
+        agents = [policy.start(env, obs, seed=i) for i in range(2)]
+        agents[0].act(obs)
+        assert len(server._sessions) == 2
+        assert agents[0].token_view() is not None and len(server._sessions) == 1  # read: closed
+        policy.close()
+        assert server._sessions == {}
+    env.close()
 
 
 def test_tito_command_serves_a_model() -> None:

@@ -102,6 +102,18 @@ def select(records: Iterable[TrajectoryRecord], *, include_infra: bool = False,
     return sel
 
 
+def trainable_mask(rec: TrajectoryRecord) -> list[int]:
+    """The loss mask a trainer gets for ``rec``: its ``response_mask``, or all zeros for an infra
+    failure (``--include-infra`` exports keep those records for counting, never for gradients).
+
+    Every token exporter writes its mask (``loss_mask`` / ``response_mask`` / ``env_mask`` /
+    ``loss_masks``) from here; ``parquet`` is the record itself and keeps the recorded mask.
+    """
+    if rec.outcome_class is OutcomeClass.INFRA_FAILURE:
+        return [0] * len(rec.response_mask)
+    return list(rec.response_mask)
+
+
 def check_token_view(rec: TrajectoryRecord) -> None:
     """Refuse to export a record whose token view is inconsistent (lengths differ)."""
     n = len(rec.response_ids)

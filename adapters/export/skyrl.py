@@ -25,6 +25,7 @@ from .common import (
     envhub_metadata,
     read_jsonl_rows,
     task_prompt_messages,
+    trainable_mask,
     write_jsonl_atomic,
     write_parquet_atomic,
     write_text_atomic,
@@ -48,7 +49,7 @@ def generator_output(records: Sequence[TrajectoryRecord]) -> dict[str, Any]:
         "prompt_token_ids": [list(r.prompt_ids) for r in records],
         "response_ids": [list(r.response_ids) for r in records],
         "rewards": [float(r.reward) for r in records],
-        "loss_masks": [list(r.response_mask) for r in records],
+        "loss_masks": [trainable_mask(r) for r in records],  # all 0 for infra failures
         "stop_reasons": [stop_reason(r) for r in records],
         "rollout_metrics": {
             "envhub/strict_success_rate": report["strict_success_rate"],

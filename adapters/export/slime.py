@@ -22,6 +22,7 @@ from .common import (
     group_indices,
     read_jsonl_rows,
     task_prompt_messages,
+    trainable_mask,
     write_jsonl_atomic,
 )
 
@@ -59,7 +60,7 @@ def to_sample_dict(rec: TrajectoryRecord, *, group_index: int, index: int) -> di
         "response_length": len(rec.response_ids),
         "label": None,  # envhub keeps answers hidden; the reward is already computed
         "reward": float(rec.reward),
-        "loss_mask": list(rec.response_mask),
+        "loss_mask": trainable_mask(rec),  # all 0 for an infra failure
         "weight_versions": [v for v in rec.versions.weight_versions if v is not None],
         "rollout_log_probs": list(rec.response_logprobs),
         "remove_sample": infra,  # included on request only: never a gradient from our failures

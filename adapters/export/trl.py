@@ -15,7 +15,7 @@ from typing import Any
 
 from envhub.types import TrajectoryRecord
 
-from .common import check_token_view, write_parquet_atomic
+from .common import check_token_view, trainable_mask, write_parquet_atomic
 
 
 def to_trl_row(rec: TrajectoryRecord) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def to_trl_row(rec: TrajectoryRecord) -> dict[str, Any]:
         "prompt_ids": list(rec.prompt_ids),
         "completion_ids": list(rec.response_ids),
         "logprobs": list(rec.response_logprobs),
-        "env_mask": list(rec.response_mask),
+        "env_mask": trainable_mask(rec),  # all 0 for an infra failure
         "reward": float(rec.reward),
         "outcome": rec.outcome.value,
         "episode_id": rec.episode_id,

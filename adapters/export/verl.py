@@ -24,6 +24,7 @@ from .common import (
     envhub_metadata,
     read_jsonl_rows,
     task_prompt_messages,
+    trainable_mask,
     write_jsonl_atomic,
     write_parquet_atomic,
     write_text_atomic,
@@ -40,16 +41,18 @@ def verl_num_turns(rec: TrajectoryRecord) -> int:
 
 
 def to_agent_loop_output(rec: TrajectoryRecord, *, response_length: int | None = None) -> dict[str, Any]:
-    """One record as ``AgentLoopOutput`` fields; ``response_length`` truncates like veRL's loops."""
+    """One record as ``AgentLoopOutput`` fields; ``response_length`` truncates like veRL's loops,
+    and a cut response gets ``reward_score`` 0 (the verifier judged the uncut episode)."""
     check_token_view(rec)
     n = len(rec.response_ids) if response_length is None else response_length
+    truncated = len(rec.response_ids) > n
     m = rec.metrics
     return {
         "prompt_ids": list(rec.prompt_ids),
         "response_ids": list(rec.response_ids[:n]),
-        "response_mask": list(rec.response_mask[:n]),
+        "response_mask": trainable_mask(rec)[:n],  # all 0 for an infra failure
         "response_logprobs": list(rec.response_logprobs[:n]),
-        "reward_score": float(rec.reward),
+        "reward_score": 0.0 if truncated else float(rec.reward),
         "num_turns": verl_num_turns(rec),
         "metrics": {
             "generate_sequences": m.agent_seconds,
@@ -59,7 +62,7 @@ def to_agent_loop_output(rec: TrajectoryRecord, *, response_length: int | None =
         },
         "extra_fields": {
             "envhub": envhub_metadata(rec),
-            "truncated_response": response_length is not None and len(rec.response_ids) > response_length,
+            "truncated_response": truncated,
             "turn_scores": [],
             "tool_rewards": [],
         },

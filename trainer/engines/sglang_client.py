@@ -9,7 +9,11 @@ format (``GenerateReqInput`` in ``io_struct.py``, ``http_server.py``, ``tokenize
   "completion_tokens", "weight_version", "output_token_logprobs": [[logprob, token_id, text|null],
   ...], ...}}``; ``finish_reason`` is ``{"type": "stop", "matched": <id or str>}``,
   ``{"type": "length", "length": n}`` or ``{"type": "abort", "message": ...}``; errors answer
-  ``{"error": {"message": ...}}`` with status 400.
+  ``{"error": {"message": ...}}`` with status 400. A request that does not fit the model's
+  context ("The input (N tokens) is longer than the model's context length (C tokens)." or
+  "Requested token count exceeds the model's maximum context length of C tokens. ...") is a
+  :class:`~envhub.errors.ContextOverflowError` (the episode ends as ``context_overflow``); every
+  other failure is an :class:`~envhub.errors.EngineError` (infra).
 * ``POST /update_weights_from_disk`` with ``{"model_path", "load_format", "abort_all_requests",
   "weight_version", "flush_cache"}`` answers ``{"success", "message", "num_paused_requests"}``.
 * ``POST /flush_cache`` answers plain text, status 200 (flushed) or 400 (requests were running).
@@ -17,9 +21,14 @@ format (``GenerateReqInput`` in ``io_struct.py``, ``http_server.py``, ``tokenize
 
 Sampled token ids are read from ``output_token_logprobs`` (as slime and Miles do), with
 ``skip_special_tokens: false`` and ``no_stop_trim: true`` so that the stop token is kept: token in,
-token out. SGLang reports logprobs *after* temperature and top-k/top-p (the distribution sampled
-from, which is what :class:`~envhub.adapters.engine.SamplingParams` promises) unless the server runs
-with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``; the launcher removes that variable.
+token out. SGLang reports logprobs after *temperature scaling only* (``log_softmax(logits /
+temperature)``, unless the server runs with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``, which gives the raw
+model's; the launcher removes that variable). They are **not** renormalized over the top-k / top-p
+set that the token was sampled from, so with ``top_p < 1`` or ``top_k > 0`` the recorded logprobs
+are not those of the truncated distribution that
+:class:`~envhub.adapters.engine.SamplingParams` describes (each is lower by the log of the kept
+mass). :class:`SGLangEngine` warns once per engine when such a request is sent; for exact
+importance ratios sample with ``top_p=1`` and ``top_k=0``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,11 +83,44 @@ def generate_request(prompt_ids: Sequence[int], params: SamplingParams, *, forwa
     return body
 
 
+#: What SGLang's messages say when a request does not fit the context (tokenizer_manager.py).
+CONTEXT_OVERFLOW_PHRASES = (
+    "is longer than the model's context length",
+    "exceeds the model's maximum context length",
+)
+
+
+def error_message(body: Any) -> str:
+    """The message of an SGLang error answer (``{"error": {"message": ...}}``), or the body as text."""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message") is not None:
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    return str(body)
+
+
+def is_context_overflow(message: str) -> bool:
+    text = message.lower()
+    return any(p in text for p in CONTEXT_OVERFLOW_PHRASES)
+
+
+def raise_for_error(status: int, body: Any) -> None:
+    """An error answer as :class:`ContextOverflowError` (the request did not fit the model's
+    context: the model's doing, not infra) or :class:`EngineError` (everything else)."""
+    message = error_message(body)
+    if status in (200, 400) and is_context_overflow(message):
+        raise ContextOverflowError(f"sglang: {message}")
+    raise EngineError(f"sglang /generate answered {status}: {message[:500]}")
+
+
 def parse_generate_response(body: dict[str, Any]) -> GenerateResult:
     """A ``/generate`` answer as a :class:`GenerateResult`; raises :class:`EngineError` for an
-    abort, an error object, or logprobs that cannot be recorded faithfully."""
+    abort, an error object, or logprobs that cannot be recorded faithfully, and
+    :class:`ContextOverflowError` for an error saying the request does not fit the context."""
     if "error" in body:
-        raise EngineError(f"sglang error: {body['error']}")
+        raise_for_error(200, body)
     meta = body.get("meta_info")
     if not isinstance(meta, dict):
         raise EngineError("sglang answer without meta_info")
@@ -114,8 +157,11 @@ class SGLangEngine:
 
     Each episode thread sends its own request; SGLang batches them on the server (continuous
     batching), so no client-side batching is needed. HTTP and server failures raise
-    :class:`EngineError`. ``max_context`` is asked from ``/get_server_info`` on first use when not
-    given. ``forward_seed`` sends per-request seeds as ``sampling_seed`` (recent SGLang only).
+    :class:`EngineError`; a 400 saying the request exceeds the context raises
+    :class:`ContextOverflowError`. ``max_context`` is asked from ``/get_server_info`` on first use
+    when not given. ``forward_seed`` sends per-request seeds as ``sampling_seed`` (recent SGLang
+    only). The first request with ``top_p < 1`` or ``top_k > 0`` warns (once per engine) that
+    SGLang's logprobs are then not those of the truncated distribution (see the module docstring).
     """
 
     name = "sglang"
@@ -128,6 +174,7 @@ class SGLangEngine:
         self.forward_seed = forward_seed
         self._max_context = max_context
         self._weight_version = weight_version
+        self._warned_truncation = False
 
     @property
     def max_context(self) -> int:
@@ -144,10 +191,17 @@ class SGLangEngine:
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerateResult:
         if len(prompt_ids) >= self.max_context:
             raise ContextOverflowError(f"prompt of {len(prompt_ids)} tokens leaves no room in {self.max_context}")
+        if (params.top_p < 1.0 or params.top_k > 0) and not params.greedy and not self._warned_truncation:
+            self._warned_truncation = True
+            warnings.warn(
+                f"sglang: sampling with top_p={params.top_p}, top_k={params.top_k}: SGLang returns logprobs "
+                "after temperature scaling only, not renormalized over the top-k/top-p set, so the recorded "
+                "logprobs are not those of the distribution sampled from (use top_p=1, top_k=0 for exact "
+                "importance ratios)", RuntimeWarning, stacklevel=2)
         status, body = self._request("POST", "/generate", generate_request(prompt_ids, params,
                                                                            forward_seed=self.forward_seed))
         if status != 200:
-            raise EngineError(f"sglang /generate answered {status}: {str(body)[:500]}")
+            raise_for_error(status, body)
         if not isinstance(body, dict):
             raise EngineError(f"sglang /generate answered a non-object: {str(body)[:200]}")
         result = parse_generate_response(body)
@@ -277,7 +331,7 @@ def launch_server(config: SGLangLaunchConfig, *, wait: bool = True, timeout: flo
     """Start SGLang and (by default) wait until ``/health`` answers 200; returns the process and a
     client. The caller terminates the process (``proc.terminate()``)."""
     env = dict(os.environ)
-    env.pop("SGLANG_RETURN_ORIGINAL_LOGPROB", None)  # logprobs must be of the sampled distribution
+    env.pop("SGLANG_RETURN_ORIGINAL_LOGPROB", None)  # logprobs of the temperature-scaled distribution
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(build_launch_command(config), env=env, stdout=log, stderr=subprocess.STDOUT)
     client = SGLangEngine(config.url, max_context=config.context_length, weight_version=config.weight_version)

@@ -181,16 +181,27 @@ class TransformersEngine:
 
         Requests in flight continue with the new weights; their result carries the version they
         finished under and, in ``meta["weight_version_start"]``, the one they started under.
+
+        The state dict must match the model exactly (every key, no extra one, the same shapes; a
+        tied weight may be given under either of its names): otherwise :class:`EngineError`, and
+        neither the weights nor the version change.
         """
         if isinstance(source, dict):
             state = source
         else:
             from transformers import AutoModelForCausalLM
 
-            state = AutoModelForCausalLM.from_pretrained(str(source), dtype=next(self.model.parameters()).dtype
-                                                         ).state_dict()
+            try:
+                state = AutoModelForCausalLM.from_pretrained(
+                    str(source), dtype=next(self.model.parameters()).dtype).state_dict()
+            except Exception as exc:
+                raise EngineError(f"cannot load weights from {source}: {exc!r}") from exc
         with self._lock:
-            self.model.load_state_dict(state, strict=False)
+            _check_state_dict(self.model, state)
+            try:
+                self.model.load_state_dict(state, strict=False)  # checked above: tied aliases may be absent
+            except RuntimeError as exc:
+                raise EngineError(f"weight update failed: {exc}") from exc
             prev = self._weight_version
             self._weight_version = version or (str(int(prev) + 1) if prev.isdigit() else f"{prev}+1")
         return self._weight_version
@@ -442,3 +453,26 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
         elif isinstance(value, (list, tuple)):
             ids.update(int(v) for v in value)
     return sorted(ids)
+
+
+def _check_state_dict(model: torch.nn.Module, state: dict[str, Any]) -> None:
+    """Refuse a state dict that would not replace the model's weights exactly: missing keys (a
+    tied weight counts as present under any of its names), unexpected keys, or other shapes."""
+    own = model.state_dict()
+    def storage(name: str) -> Any:
+        tensor = own[name]
+        return (tensor.data_ptr(), tensor.numel()) if tensor.numel() else name
+
+    aliases: dict[Any, set[str]] = {}
+    for name in own:
+        aliases.setdefault(storage(name), set()).add(name)
+    missing = sorted(k for k in own if k not in state and not any(a in state for a in aliases[storage(k)]))
+    unexpected = sorted(k for k in state if k not in own)
+    shapes = sorted(f"{k}: {tuple(state[k].shape)} != {tuple(own[k].shape)}" for k in state
+                    if k in own and hasattr(state[k], "shape") and tuple(state[k].shape) != tuple(own[k].shape))
+    if missing or unexpected or shapes:
+        parts = []
+        for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape", shapes)):
+            if items:
+                parts.append(f"{len(items)} {label} ({', '.join(items[:5])}{', ...' if len(items) > 5 else ''})")
+        raise EngineError("weight update refused, the state dict does not match the model: " + "; ".join(parts))
