@@ -103,6 +103,12 @@ def test_samples_follow_the_sample_schema(run_dir: Path, tmp_path: Path, fmt: st
     assert sorted({r["group_index"] for r in rows}) == list(range(len({r.group_id for r in by_id.values()})))
     prompts = [json.loads(line) for line in (tmp_path / "prompts.jsonl").read_text().splitlines()]
     assert {p["metadata"]["envhub"]["task_id"] for p in prompts} == {r.task_id for r in by_id.values()}
+    # what `--load-debug-rollout-data DIR/rollout_{rollout_id}.pt` reads: torch.load(path)["samples"]
+    import torch
+
+    pack = torch.load(tmp_path / "rollout_0.pt")
+    assert pack["samples"] == rows
+    assert [Sample.from_dict(s).tokens for s in pack["samples"]] == [r["tokens"] for r in rows]
 
 
 def _fake_sglang_router(script: list[str]) -> Any:

@@ -5,7 +5,10 @@ Both projects (Miles is a fork of slime) train from ``slime.utils.types.Sample``
 response tokens, and ``loss_mask`` / ``rollout_log_probs`` cover only the response (their
 lengths equal ``response_length``). ``status`` is one of ``completed``, ``truncated``,
 ``aborted`` or ``failed``. Each line of ``samples.jsonl`` loads with ``Sample.from_dict``;
-``prompts.jsonl`` is the run's tasks as a prompt dataset for the online generate functions.
+``rollout_0.pt`` holds the same samples the way slime and Miles load recorded rollouts
+(``--load-debug-rollout-data DIR/rollout_{rollout_id}.pt``: ``torch.load(path)["samples"]``, each
+through ``Sample.from_dict``; written when torch is installed); ``prompts.jsonl`` is the run's
+tasks as a prompt dataset for the online generate functions.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from envhub.types import Outcome, OutcomeClass, TrajectoryRecord
 
 from .common import (
+    atomic_path,
     check_token_view,
     envhub_metadata,
     group_indices,
@@ -84,9 +88,16 @@ def prompt_rows(records: Sequence[TrajectoryRecord]) -> list[dict[str, Any]]:
 
 def export_samples(records: Sequence[TrajectoryRecord], out: Path) -> list[Path]:
     groups = group_indices(records)
-    rows = (to_sample_dict(r, group_index=groups[r.group_id], index=i) for i, r in enumerate(records))
-    return [write_jsonl_atomic(out / "samples.jsonl", rows),
-            write_jsonl_atomic(out / "prompts.jsonl", prompt_rows(records))]
+    rows = [to_sample_dict(r, group_index=groups[r.group_id], index=i) for i, r in enumerate(records)]
+    written = [write_jsonl_atomic(out / "samples.jsonl", rows),
+               write_jsonl_atomic(out / "prompts.jsonl", prompt_rows(records))]
+    try:
+        import torch
+    except ImportError:  # the JSONL carries the same samples
+        return written
+    with atomic_path(out / "rollout_0.pt") as tmp:
+        torch.save({"rollout_id": 0, "samples": rows}, tmp)
+    return [*written, out / "rollout_0.pt"]
 
 
 def read_samples(out: Path) -> list[dict[str, Any]]:
