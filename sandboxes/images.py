@@ -16,6 +16,8 @@ tools with a Dockerfile ``FROM envhub/base:<version>`` via :func:`build_family_i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -25,7 +27,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +129,29 @@ def build_base_image(force: bool = False, *, from_image: str | None = None, tag:
             "instead: envhub sandbox build --from python:3.11-slim")
     inputs = base_inputs(mirror)
     digest = inputs_hash(inputs)
-    if not force and image_is_current(tag, digest):
-        say(f"{tag} is up to date (inputs {digest})")
-        return tag
+    with _build_lock(tag):  # a second builder (thread or process) waits, then finds the image built
+        if not force and image_is_current(tag, digest):
+            say(f"{tag} is up to date (inputs {digest})")
+            return tag
+        _debootstrap_and_import(mirror, inputs, digest, tag, say)
+    if not image_is_current(tag, digest):
+        raise SandboxError(f"docker import did not produce {tag} with inputs {digest}")
+    say(f"built {tag} (inputs {digest})")
+    return tag
+
+
+@contextlib.contextmanager
+def _build_lock(tag: str) -> Iterator[None]:
+    path = Path(tempfile.gettempdir()) / f"envhub-build-{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.lock"
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _debootstrap_and_import(mirror: Mirror, inputs: dict[str, Any], digest: str, tag: str, say: Logger) -> None:
     if os.geteuid() != 0:
         raise SandboxError("debootstrap needs root: run `sudo envhub sandbox build`, or use --from IMAGE")
     if shutil.which("debootstrap") is None:
@@ -150,10 +172,6 @@ def build_base_image(force: bool = False, *, from_image: str | None = None, tag:
             str(tarball), repository=repository, tag=version, changes=changes)
     finally:
         _remove_tree(scratch)
-    if not image_is_current(tag, digest):
-        raise SandboxError(f"docker import did not produce {tag} with inputs {digest}")
-    say(f"built {tag} (inputs {digest})")
-    return tag
 
 
 def ensure_base_image() -> str:

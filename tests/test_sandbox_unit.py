@@ -411,3 +411,29 @@ def test_docker_up_fails_clearly_when_the_engine_never_answers(tmp_path: Path) -
     res = _run_script(tmp_path, installed=True, dockerd_works=False)
     assert res.returncode == 1
     assert "did not answer within 3s" in res.stderr
+
+
+def test_image_builds_are_serialized_across_threads_and_processes():
+    """A second builder waits for the first (then finds the image built) instead of debootstrapping too."""
+    import threading
+    import time
+
+    from envhub.sandboxes.images import _build_lock
+
+    order: list[str] = []
+    inside = threading.Event()
+
+    def first() -> None:
+        with _build_lock("envhub/test-lock:1"):
+            order.append("first in")
+            inside.set()
+            time.sleep(0.3)
+            order.append("first out")
+
+    t = threading.Thread(target=first)
+    t.start()
+    inside.wait(5)
+    with _build_lock("envhub/test-lock:1"):
+        order.append("second in")
+    t.join()
+    assert order == ["first in", "first out", "second in"]
