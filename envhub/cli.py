@@ -171,11 +171,12 @@ def verify(
         report = run_suite(factory, ids, cases=cases.split(",") if cases else None, jobs=jobs)
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    table = Table("case", "expect", "tasks", "as expected", "rate", title=f"verifier suite: {env_id}")
+    table = Table("case", "expect", "tasks", "as expected", "rate", "not applicable",
+                  title=f"verifier suite: {env_id}")
     for name, row in report.by_case().items():
         style = "red" if row["violations"] else "green"
         table.add_row(name, row["expect"], str(row["tasks"]), str(row["as_expected"]),
-                      f"[{style}]{row['rate']:.3f}[/]")
+                      f"[{style}]{row['rate']:.3f}[/]", str(row["not_applicable"] or ""))
     console.print(table)
     if out:
         write_json_atomic(out, report.to_json())
@@ -314,6 +315,12 @@ _mount_optional()
 
 
 def main() -> None:
+    # Here, on the main thread, before any command runs: rollout, verify and serve start their
+    # sandboxes on worker threads, which cannot install signal handlers, so without this a
+    # SIGTERM or Ctrl-C would leave containers and scratch dirs behind.
+    from envhub.sandboxes import cleanup
+
+    cleanup.install_signal_handlers()
     app()
 
 

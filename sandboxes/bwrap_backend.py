@@ -89,6 +89,9 @@ def bwrap_args(spec: SandboxSpec, data_fds: dict[str, int], workdir: str = "/wor
     args += [
         "--proc", "/proc",
         "--dev", "/dev",
+        # POSIX message queues live in the IPC namespace whether mounted or not; mounted, reset
+        # can see and remove them.
+        "--mqueue", "/dev/mqueue",
         "--size", disk, "--tmpfs", "/dev/shm",
         "--size", disk, "--tmpfs", "/tmp",
         "--size", disk, "--tmpfs", workdir,
@@ -131,6 +134,7 @@ class BwrapSandbox(ResidentSandbox):
                 "wipe": [self.workdir, "/tmp", "/dev/shm"],
                 "env": {**BASE_ENV, "HOME": "/tmp", "USER": "agent"},
                 "kill_all": True,
+                "wipe_ipc": True,  # its own IPC namespace: SysV objects, /dev/shm, /dev/mqueue
                 "oom": "heuristic",
                 "limits": self._rlimits(),
             }

@@ -7,6 +7,26 @@ a caller swallows ``KeyboardInterrupt``, so both get a handler that closes every
 *chains* to whatever handler was installed before ours (re-raising the default action if that
 was the default), so we never change how the program itself reacts to the signal.
 
+Python runs signal handlers only in the main thread and only lets the main thread install
+them, while rollouts, ``verify`` and the server create their sandboxes in worker threads. So the
+handlers are installed eagerly: when this module is first imported from the main thread, by the
+CLI entry point before any command runs, and again at any ``track`` from the main thread --
+each signal at most once, so a handler someone installs after ours (uvicorn's) is left alone.
+A resource is tracked *before* its outside part exists (a sandbox before its container is
+created), so a signal in between still finds it.
+
+The handler itself must not hang the process it was asked to end: it hands the work to a
+reaper thread (started at the first ``track``), which closes everything in parallel -- the
+interrupted main thread may hold a lock a close needs -- and waits for it at most
+:data:`SIGNAL_CLEANUP_S` before chaining anyway. A signal that ends the process also makes
+:func:`shutting_down` true, so a sandbox a worker thread is starting meanwhile gives up.
+Registered *sweepers* then catch what a close could not know about (the docker backend removes
+this process's containers that no sandbox accounts for, e.g. one a worker thread was creating
+while we were closing).
+
+A forked child (multiprocessing) forgets the parent's resources: its SIGTERM must never tear
+down the parent's sandboxes.
+
 A ``kill -9`` cannot be caught; for that case every backend also self-destructs when the host
 goes away (the executor sees EOF on its stdin; docker's ``stdin_once`` + ``auto_remove``; bwrap's
 ``--die-with-parent``) and ``envhub sandbox prune`` removes anything left by label.
@@ -18,8 +38,11 @@ import atexit
 import contextlib
 import logging
 import os
+import queue
 import signal
 import threading
+import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
@@ -31,44 +54,155 @@ class Closeable(Protocol):
 
 
 _live: dict[int, Closeable] = {}
+#: Guards "snapshot and clear" in close_all against a concurrent track. Reentrant, because the
+#: signal handler runs in the main thread, possibly while that thread is inside ``track``.
+#: ``untrack`` and ``live`` take no lock (single dict operations are atomic), so a close that
+#: runs in a helper thread never waits for a main thread stuck in the handler.
 _lock = threading.RLock()
 _previous: dict[int, Any] = {}
+#: Signals we have installed our handler for once; never again over a later installer's.
+_installed: set[int] = set()
+_sweepers: list[Callable[[], Any]] = []
+_fatal = False
+_requests: queue.SimpleQueue[tuple[threading.Event, float]] = queue.SimpleQueue()
+_reaper: threading.Thread | None = None
+_reaper_lock = threading.Lock()
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The most a signal handler waits for the cleanup before the signal goes on regardless.
+SIGNAL_CLEANUP_S = 10.0
 
 
 def track(obj: Closeable) -> None:
-    """Register an open resource; also installs the signal handlers on first use."""
+    """Register an open resource; also installs the signal handlers if on the main thread."""
+    _ensure_reaper()
     with _lock:
         _live[id(obj)] = obj
     install_signal_handlers()
 
 
 def untrack(obj: Closeable) -> None:
-    with _lock:
-        _live.pop(id(obj), None)
+    _live.pop(id(obj), None)
 
 
 def live() -> list[Closeable]:
+    return list(_live.values())
+
+
+def add_sweeper(fn: Callable[[], Any]) -> None:
+    """Run ``fn`` after every :func:`close_all`: a last look for leftovers no close knew about."""
     with _lock:
-        return list(_live.values())
+        if fn not in _sweepers:
+            _sweepers.append(fn)
+
+
+def _take_all() -> list[Closeable]:
+    """Every registered resource, newest first; the registry is empty afterwards."""
+    if not _lock.acquire(timeout=1.0):  # never hang on it (a handler); take them unlocked
+        items = list(_live.values())
+        _live.clear()
+        return items[::-1]
+    try:
+        items = list(_live.values())
+        _live.clear()
+    finally:
+        _lock.release()
+    return items[::-1]
+
+
+def _close_one(obj: Closeable) -> None:
+    try:
+        obj.close()
+    except Exception as exc:  # cleanup goes on for the others whatever one of them does
+        log.warning("cleanup of %r failed: %r", obj, exc)
+
+
+def _sweep() -> None:
+    for fn in list(_sweepers):
+        try:
+            fn()
+        except Exception as exc:
+            log.warning("cleanup sweep %r failed: %r", fn, exc)
 
 
 def close_all() -> int:
-    """Close every registered resource, newest first. Returns how many were closed."""
-    with _lock:
-        items = list(_live.values())[::-1]
-        _live.clear()
+    """Close every registered resource, newest first, then sweep. Returns how many were closed."""
+    items = _take_all()
     for obj in items:
-        try:
-            obj.close()
-        except Exception as exc:  # cleanup goes on for the others whatever one of them does
-            log.warning("cleanup of %r failed: %r", obj, exc)
+        _close_one(obj)
+    _sweep()
     return len(items)
 
 
+def _close_parallel(items: list[Closeable], deadline: float) -> None:
+    threads: list[threading.Thread] = []
+    for obj in items:
+        thread = threading.Thread(target=_close_one, args=(obj,), name="envhub-cleanup", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # interpreter shutdown: no new threads; close it right here
+            _close_one(obj)
+            continue
+        threads.append(thread)
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if time.monotonic() < deadline:
+        _sweep()
+
+
+def _reap_forever() -> None:
+    while True:
+        done, timeout = _requests.get()
+        try:
+            _close_parallel(_take_all(), time.monotonic() + timeout)
+        except Exception as exc:
+            log.warning("cleanup failed: %r", exc)
+        finally:
+            done.set()
+
+
+def _ensure_reaper() -> None:
+    """Start the thread a signal handler hands its cleanup to (once per process)."""
+    global _reaper
+    if _reaper is not None and _reaper.is_alive():
+        return
+    with _reaper_lock:
+        if _reaper is None or not _reaper.is_alive():
+            thread = threading.Thread(target=_reap_forever, name="envhub-cleanup-reaper", daemon=True)
+            thread.start()
+            _reaper = thread
+
+
+def close_all_bounded(timeout: float | None = None) -> None:
+    """:func:`close_all` for a signal handler: it returns after at most ``timeout`` seconds,
+    finished or not.
+
+    The work runs on the reaper thread (closes in parallel, then the sweep), never on the
+    interrupted main thread, which may hold a lock a close needs -- or one ``Thread.start``
+    needs. Handing it over is a ``SimpleQueue.put``, which is safe inside a signal handler.
+    """
+    timeout = SIGNAL_CLEANUP_S if timeout is None else timeout
+    reaper = _reaper
+    if reaper is None or not reaper.is_alive():  # nothing was ever tracked in this process
+        close_all()
+        return
+    done = threading.Event()
+    _requests.put((done, timeout))
+    if not done.wait(timeout):
+        log.warning("sandbox cleanup did not finish within %.0fs; going on", timeout)
+
+
+def shutting_down() -> bool:
+    """True once a signal that ends this process is being handled: start nothing new."""
+    return _fatal
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
-    close_all()
+    global _fatal
     previous = _previous.get(signum, signal.SIG_DFL)
+    if not callable(previous) and previous != signal.SIG_IGN:
+        _fatal = True  # before the close: a sandbox starting meanwhile then gives up by itself
+    if os.getpid() == _owner_pid:
+        close_all_bounded()
     if callable(previous):
         previous(signum, frame)
     elif previous == signal.SIG_IGN:
@@ -79,18 +213,46 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 
 def install_signal_handlers() -> bool:
-    """Install the chaining handlers once. Only possible from the main thread; returns success."""
+    """Install the chaining handlers, once per signal. Only possible from the main thread;
+    returns whether ours are in place (False off the main thread, or where someone replaced
+    ours after we installed them: theirs is left alone)."""
     if threading.current_thread() is not threading.main_thread():
         return False
+    ok = True
     with _lock:
         for signum in HANDLED_SIGNALS:
             current = signal.getsignal(signum)
             if current is _handler:
                 continue
-            with contextlib.suppress(ValueError, OSError):
-                _previous[signum] = current
+            if signum in _installed and current not in (signal.SIG_DFL, signal.default_int_handler):
+                ok = False  # installed after ours (and maybe chaining to it): not ours to replace
+                continue
+            try:
                 signal.signal(signum, _handler)
-    return True
+            except (ValueError, OSError):
+                ok = False
+                continue
+            _previous[signum] = current
+            _installed.add(signum)
+    return ok
 
 
+_owner_pid = os.getpid()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's resources are not ours to close."""
+    global _lock, _owner_pid, _fatal, _reaper, _reaper_lock, _requests
+    _lock = threading.RLock()  # another thread may have held it at the fork
+    _reaper_lock = threading.Lock()
+    _reaper = None  # threads do not survive a fork
+    _requests = queue.SimpleQueue()
+    _live.clear()
+    _fatal = False
+    _owner_pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 atexit.register(close_all)
+with contextlib.suppress(Exception):  # imported from the main thread: install right away
+    install_signal_handlers()

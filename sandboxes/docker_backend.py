@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +46,15 @@ AGENT_USER = "1000:1000"
 #: How long ``close`` waits for a removal Docker already started (auto_remove of a dead container).
 REMOVAL_WAIT_S = 15.0
 WORKDIR = "/work"
+#: A per-sandbox token on its container, so a sweep can tell "being started by a live sandbox"
+#: from "left behind" before the sandbox knows its container id.
+LABEL_SANDBOX = "envhub.sandbox"
+#: How long the cleanup sweep waits for container creations other threads have under way.
+SWEEP_WAIT_S = 5.0
+_launched = False
+#: token -> ident of the thread whose create_container call is in flight (single dict ops only:
+#: a sweep must never wait on a lock the interrupted main thread holds).
+_creating: dict[str, int] = {}
 
 
 def container_config(spec: SandboxSpec, image: str, command: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -94,8 +105,11 @@ class DockerSandbox(ResidentSandbox):
         super().__init__(spec)
         self.container_id: str | None = None
         self.image: str = self.spec.image or base_image_tag()
+        self.token = uuid.uuid4().hex
 
     def _launch(self) -> Transport:
+        global _launched
+        _launched = True
         client = docker_client()
         if self.spec.image is None:
             ensure_base_image()
@@ -108,15 +122,22 @@ class DockerSandbox(ResidentSandbox):
             "wipe": [WORKDIR, "/tmp", "/dev/shm"],
             "env": {**BASE_ENV, "HOME": "/tmp", "USER": "agent"},
             "kill_all": True,
+            "wipe_ipc": True,  # its own IPC namespace: SysV objects, /dev/shm, /dev/mqueue
             "oom": "cgroup",
             "limits": self._rlimits(),
         }
         create, host = container_config(self.spec, self.image, executor_argv("python3", {**config, "preload": list(self.spec.preload)}))
         create["labels"] = {**owner_labels(), "envhub.backend": "docker", LABEL_IMAGE: self.image,
-                            LABEL_INPUTS: labels.get(LABEL_INPUTS, "")}
+                            LABEL_INPUTS: labels.get(LABEL_INPUTS, ""), LABEL_SANDBOX: self.token}
         api = client.api
-        container = api.create_container(host_config=api.create_host_config(**host), **create)
+        _creating[self.token] = threading.get_ident()
+        try:
+            container = api.create_container(host_config=api.create_host_config(**host), **create)
+        finally:
+            _creating.pop(self.token, None)
         self.container_id = container["Id"]
+        if self.closed or cleanup.shutting_down():  # a signal's cleanup ran meanwhile
+            raise SandboxError("the docker sandbox was closed while its container was being created")
         sock = api.attach_socket(self.container_id, params={"stdin": 1, "stdout": 1, "stream": 1})
         transport = DockerAttachTransport(sock)
         try:
@@ -170,6 +191,43 @@ class DockerSandbox(ResidentSandbox):
         return (self.container_id or "")[:12]
 
 
+def sweep_own_containers() -> int:
+    """Remove this process's sandbox containers that no open sandbox accounts for; how many.
+
+    Runs after every :func:`cleanup.close_all` (a signal, exit): a container whose creation a
+    worker thread had under way while the sandboxes were being closed is removed here, not left
+    for ``prune``. Creations in flight on other threads are waited for (bounded) first; one on the
+    main thread cannot finish while that thread runs a signal handler, so it is not waited for.
+    """
+    if not _launched:
+        return 0
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + SWEEP_WAIT_S
+    while time.monotonic() < deadline and any(t != main for t in list(_creating.values())):
+        time.sleep(0.02)
+    # A sandbox started after the close is legitimate -- unless the process is going down.
+    keep = set() if cleanup.shutting_down() else \
+        {getattr(sb, "token", None) for sb in cleanup.live() if not getattr(sb, "closed", False)}
+    client = docker_client()
+    rows = client.api.containers(all=True, filters={"label": [f"{LABEL_PID}={os.getpid()}",
+                                                              "envhub.backend=docker"]})
+    removed = 0
+    for row in rows:
+        labels = row.get("Labels") or {}
+        if labels.get(LABEL_HOST) != socket.gethostname() or labels.get(LABEL_SANDBOX) in keep:
+            continue
+        try:
+            client.api.remove_container(row["Id"], force=True)
+            removed += 1
+        except Exception as exc:  # gone meanwhile, or auto_remove is already removing it
+            if not is_not_found(exc) and "already in progress" not in str(exc):
+                log.warning("could not remove %s: %s", row["Id"][:12], exc)
+    return removed
+
+
+cleanup.add_sweeper(sweep_own_containers)
+
+
 @dataclass(frozen=True)
 class OwnedContainer:
     id: str
@@ -217,10 +275,12 @@ def prune(all_owners: bool = False) -> int:
     """
     client = docker_client()
     ours = {getattr(sb, "container_id", None) for sb in cleanup.live()}
+    starting = {getattr(sb, "token", None) for sb in cleanup.live()} - {None}  # no id yet
     removed = 0
     for container in owned_containers(client):
         labels = container.labels
-        mine_but_untracked = labels.get(LABEL_PID) == str(os.getpid()) and container.id not in ours
+        mine_but_untracked = (labels.get(LABEL_PID) == str(os.getpid()) and container.id not in ours
+                              and labels.get(LABEL_SANDBOX) not in starting)
         if all_owners or not _owner_alive(labels) or mine_but_untracked:
             try:
                 client.api.remove_container(container.id, force=True)

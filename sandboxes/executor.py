@@ -31,6 +31,7 @@ import json
 import os
 import resource
 import selectors
+import shutil
 import signal
 import stat
 import struct
@@ -53,6 +54,11 @@ RLIMITS = {
     "core": resource.RLIMIT_CORE,
 }
 OOM_COUNTER_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+#: SysV IPC kinds: (/proc/sysvipc file, ipcrm flag). They live in the IPC namespace, not in any
+#: directory we wipe, so without this a segment would carry state from one episode to the next.
+SYSV_IPC = (("shm", "-m"), ("sem", "-s"), ("msg", "-q"))
+#: IPC filesystems emptied on reset where the sandbox has its own IPC namespace.
+IPC_DIRS = ("/dev/shm", "/dev/mqueue")
 
 
 class OpError(Exception):
@@ -438,6 +444,9 @@ class Executor:
         self.wipe_dirs = list(config.get("wipe", [self.workdir]))
         self.base_env = dict(config.get("env", {}))
         self.kill_all = bool(config.get("kill_all")) and os.getpid() == 1
+        # Only where the IPC namespace is the sandbox's own (docker, bwrap): on the process
+        # backend it is the host's, and its objects are not ours to remove.
+        self.wipe_ipc = bool(config.get("wipe_ipc"))
         self.oom_mode = config.get("oom", "heuristic")
         self.groups: set[int] = set()
         self.inbuf = bytearray()
@@ -542,11 +551,16 @@ class Executor:
         return {"data": base64.b64encode(packed["data"]).decode("ascii"), "skipped": packed["skipped"]}
 
     def op_reset(self, req: dict) -> dict:
-        killed = self.kill_everything()
-        for path in self.wipe_dirs:
+        killed = self.kill_everything()  # first: a segment still attached is not removed at once
+        ipc = 0
+        dirs = list(self.wipe_dirs)
+        if self.wipe_ipc:
+            ipc = remove_sysv_ipc(self.base_env.get("PATH"))
+            dirs += [d for d in IPC_DIRS if d not in dirs and os.access(d, os.W_OK)]
+        for path in dirs:
             wipe(path)
         os.makedirs(self.workdir, exist_ok=True)
-        return {"killed": killed}
+        return {"killed": killed, "ipc_removed": ipc}
 
     def op_exec(self, req: dict) -> dict:
         argv = req["argv"]
@@ -824,6 +838,69 @@ def descendants(root: int) -> list[int]:
         found.append(pid)
         todo.extend(children.get(pid, []))
     return found
+
+
+def sysv_ipc_objects(uid: int | None = None) -> list[tuple[str, int]]:
+    """``(kind, id)`` of every SysV shared-memory segment, semaphore set and message queue
+    listed in /proc/sysvipc (created or owned by ``uid``, when given)."""
+    found = []
+    for kind, _ in SYSV_IPC:
+        try:
+            with open("/proc/sysvipc/" + kind) as fh:
+                rows = [line.split() for line in fh.read().splitlines() if line.strip()]
+        except OSError:
+            continue
+        if not rows:
+            continue
+        header = rows[0]
+        owners = [header.index(c) for c in ("uid", "cuid") if c in header]
+        for row in rows[1:]:
+            try:
+                ident = int(row[1])
+                if uid is None or any(int(row[i]) == uid for i in owners):
+                    found.append((kind, ident))
+            except (IndexError, ValueError):
+                continue
+    return found
+
+
+def remove_sysv_ipc(path=None) -> int:
+    """Remove our SysV IPC objects; returns how many went away.
+
+    With ``ipcrm`` (util-linux, in the image and under the host's /usr) if there is one, else --
+    or for whatever it left -- with the ``*ctl(IPC_RMID)`` calls themselves, through ctypes.
+    """
+    uid = os.getuid()
+    before = sysv_ipc_objects(uid)
+    if not before:
+        return 0
+    flags = dict(SYSV_IPC)
+    ipcrm = shutil.which("ipcrm", path=path)
+    if ipcrm:
+        argv = [ipcrm]
+        for kind, ident in before:
+            argv += [flags[kind], str(ident)]
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=10, close_fds=True)
+    left = sysv_ipc_objects(uid)
+    if left:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            ipc_rmid = 0
+            for kind, ident in left:
+                if kind == "shm":
+                    libc.shmctl(ident, ipc_rmid, None)
+                elif kind == "sem":
+                    libc.semctl(ident, 0, ipc_rmid)
+                else:
+                    libc.msgctl(ident, ipc_rmid, None)
+        except Exception:
+            pass
+        left = sysv_ipc_objects(uid)
+    return len(before) - len(left)
 
 
 def wipe(path: str) -> None:

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import warnings
 
+from envhub.sandboxes import cleanup
 from envhub.sandboxes.base import SandboxSpec
 from envhub.sandboxes.channel import PipeTransport, Transport
 from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
@@ -64,6 +65,7 @@ class ProcessSandbox(ResidentSandbox):
         # RLIMIT_NPROC counts every process of the uid, so allow for the ones already running.
         # (It is not enforced for root at all: one more reason this backend is for trusted code.)
         self._nproc = None if os.getuid() == 0 else _user_process_count() + self.limits.pids
+        cleanup.track(self)  # the scratch dir exists already: a SIGTERM before start() removes it too
 
     def _launch(self) -> Transport:
         warn_trusted_only()

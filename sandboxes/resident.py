@@ -101,7 +101,9 @@ class ResidentSandbox(ABC):
         self.limits: Limits = self.spec.limits
         self._channel: ExecutorChannel | None = None
         self._closed = False
-        self._close_lock = threading.Lock()
+        # Acquired once, never released: the first close() wins without ever blocking (a close
+        # from a signal's cleanup thread must not wait on a main thread stuck in the handler).
+        self._close_once = threading.Lock()
         self.info: dict[str, Any] = {}
 
     # ---- hooks ---------------------------------------------------------------------------------
@@ -125,19 +127,26 @@ class ResidentSandbox(ABC):
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> ResidentSandbox:
+        # Tracked before anything outside exists: a SIGTERM while the container is being created
+        # or the first ping is pending must still find (and remove) it.
+        cleanup.track(self)
         try:
+            if self._closed or cleanup.shutting_down():
+                raise SandboxError(f"the {self.backend} sandbox was closed before it started")
             self._channel = ExecutorChannel(self._launch(), self._describe)
+            if self._closed or cleanup.shutting_down():  # a signal's cleanup ran while launching
+                raise SandboxError(f"the {self.backend} sandbox was closed while starting")
             self.info = self._channel.call("hello", START_TIMEOUT_S)
-        except Exception as exc:
+        except BaseException as exc:
             detail = ""
             with contextlib.suppress(Exception):
                 detail = self._describe()
+            cleanup.untrack(self)
             self._teardown()
-            if isinstance(exc, SandboxError):
+            if isinstance(exc, SandboxError) or not isinstance(exc, Exception):
                 raise
             raise SandboxError(f"could not start a {self.backend} sandbox: {exc}"
                                f"{'; ' + detail if detail else ''}") from exc
-        cleanup.track(self)
         return self
 
     def _teardown(self) -> None:
@@ -146,10 +155,9 @@ class ResidentSandbox(ABC):
         self._destroy()
 
     def close(self) -> None:
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._close_once.acquire(blocking=False):
+            return
+        self._closed = True
         cleanup.untrack(self)
         self._teardown()
 
@@ -299,5 +307,6 @@ class ResidentSandbox(ABC):
 
     def reset(self) -> None:
         """Back to pristine: every process the agent started is killed, the work dir and the
-        other writable scratch dirs are emptied."""
+        other writable scratch dirs are emptied, and where the sandbox has its own IPC namespace
+        (docker, bwrap) every SysV shm/sem/msg object and POSIX message queue is removed."""
         self._call("reset", TRANSFER_TIMEOUT_S)

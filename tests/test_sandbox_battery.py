@@ -223,3 +223,67 @@ def test_symlinks_do_not_escape_through_copy_out(sb: PooledSandbox, tmp_path: Pa
     assert list(victim.iterdir()) == []
     with pytest.raises(ValueError):  # reading through the agent's symlink is refused too
         sb.read_file("out/leak")
+
+
+LEAVE_STATE = r'''
+import ctypes, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+IPC_CREAT = 0o1000
+shm = libc.shmget(0x5eed, 4096, IPC_CREAT | 0o600)
+sem = libc.semget(0x5eed, 1, IPC_CREAT | 0o600)
+msg = libc.msgget(0x5eed, IPC_CREAT | 0o600)
+assert min(shm, sem, msg) >= 0, ctypes.get_errno()
+addr = libc.shmat(shm, None, 0)
+ctypes.memmove(addr, b"secret from episode 1", 21)
+libc.shmdt(ctypes.c_void_p(addr))
+mq = libc.mq_open(b"/envhub-leftover", os.O_CREAT | os.O_RDWR, 0o600, None)
+for path in ("/tmp/leftover", "/dev/shm/leftover"):
+    with open(path, "w") as fh:
+        fh.write("secret")
+# A detached process that keeps the segment attached.
+subprocess.Popen(["python3", "-c", "import ctypes, time; libc = ctypes.CDLL(None); "
+                  "libc.shmat.restype = ctypes.c_void_p; libc.shmat(%d, None, 0); time.sleep(1000)" % shm],
+                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+print(shm, sem, msg, mq)
+'''
+
+LOOK_FOR_STATE = r'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for kind in ("shm", "sem", "msg"):
+    with open("/proc/sysvipc/" + kind) as fh:
+        for row in fh.read().splitlines()[1:]:
+            print("ipc", kind, row.split()[:2])
+print("shmget", libc.shmget(0x5eed, 0, 0))  # -1: no segment with episode 1's key
+print("mq", libc.mq_open(b"/envhub-leftover", os.O_RDONLY, 0, None))  # -1: no such queue
+for path in ("/tmp", "/dev/shm", "/dev/mqueue"):
+    if os.path.isdir(path):
+        print("dir", path, sorted(os.listdir(path)))
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) not in (1, os.getpid()):
+        with open("/proc/%s/cmdline" % pid, "rb") as fh:
+            print("proc", pid, fh.read().replace(b"\0", b" ").decode(errors="replace"))
+'''
+
+
+def test_no_state_left_by_the_previous_episode(pool: SandboxPool) -> None:
+    """A warm pool's next episode starts pristine: SysV IPC (shm/sem/msg), POSIX message queues,
+    /tmp, /dev/shm and processes the previous one left are gone after the reset."""
+    with pool.acquire() as lease:
+        first = lease.sandbox
+        made = lease.exec(["python3", "-c", LEAVE_STATE])
+        assert made.exit_code == 0, made.summary()
+        assert "0x" not in made.stdout and made.stdout.split()[0] != "-1"
+        before = lease.exec(["python3", "-c", LOOK_FOR_STATE])
+        assert "ipc shm" in before.stdout and "ipc sem" in before.stdout and "ipc msg" in before.stdout
+        assert "leftover" in before.stdout  # the check does see what episode 1 left
+    with pool.acquire() as lease:
+        assert lease.sandbox is first  # the same sandbox, reset: not a fresh one
+        after = lease.exec(["python3", "-c", LOOK_FOR_STATE])
+        assert after.exit_code == 0, after.summary()
+        lines = after.stdout.splitlines()
+        assert not [line for line in lines if line.startswith(("ipc ", "proc "))], after.stdout
+        assert "shmget -1" in lines and "mq -1" in lines, after.stdout
+        assert "leftover" not in after.stdout, after.stdout

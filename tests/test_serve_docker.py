@@ -1,19 +1,24 @@
 """``envhub serve --docker``: the image builds offline on envhub/base and runs the way OpenEnv's
 ``LocalDockerProvider`` runs images (port 8000, /health), driven by OpenEnv's own client.
 
-Needs a Docker engine and the base image (``envhub sandbox build``); skipped otherwise. The first
-build takes about a minute; later runs reuse the image while its inputs are unchanged.
+Needs a Docker engine and the base image (built first if the engine answers but it is missing);
+skipped without an engine -- a failure instead where ``ENVHUB_REQUIRE_SANDBOXES`` names docker
+(CI), as for every sandbox test. The first build takes about a minute; later runs reuse the image
+while its inputs are unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import time
 
 import httpx
 import pytest
+from sandbox_fixtures import REQUIRED, require_backend
 
 import envhub
 
@@ -23,24 +28,20 @@ pytest.importorskip("fastapi")
 ENV_ID = "envhub/Computation-v0"
 
 
-def _docker_ready() -> str | None:
+def _require_docker() -> None:
+    """The engine and base image through the shared policy (builds the image if it is missing;
+    a failure, not a skip, where ``ENVHUB_REQUIRE_SANDBOXES`` names docker), plus the CLI that
+    the server image build and ``docker port`` use."""
+    require_backend("docker")
     if shutil.which("docker") is None:
-        return "no docker CLI"
-    if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
-        return "the Docker engine is not running"
-    from envhub.sandboxes.images import base_image_tag
-
-    if subprocess.run(["docker", "image", "inspect", base_image_tag()], capture_output=True,
-                      timeout=30).returncode != 0:
-        return f"{base_image_tag()} is not built (envhub sandbox build)"
-    return None
+        if "docker" in REQUIRED:
+            pytest.fail("docker is required here (ENVHUB_REQUIRE_SANDBOXES) but there is no docker CLI")
+        pytest.skip("no docker CLI")
 
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    why = _docker_ready()
-    if why:
-        pytest.skip(why)
+    _require_docker()
     from envhub.server.docker import build_server_image
 
     return build_server_image(ENV_ID, echo=lambda _m: None)
@@ -85,3 +86,16 @@ def test_published_on_loopback_with_a_token_and_a_healthcheck(image: str):
                 break
             time.sleep(1)
         assert health == "healthy"
+
+
+def test_a_missing_engine_fails_where_docker_is_required(tmp_path) -> None:
+    """CI sets ENVHUB_REQUIRE_SANDBOXES=docker: an unreachable engine must fail this module's
+    tests, never skip them silently."""
+    env = {**os.environ, "ENVHUB_REQUIRE_SANDBOXES": "docker",
+           "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs",
+                          __file__, "-k", "published_on_loopback"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "required here (ENVHUB_REQUIRE_SANDBOXES)" in run.stdout, run.stdout[-3000:]
+    assert "skipped" not in run.stdout.splitlines()[-1], run.stdout[-3000:]
