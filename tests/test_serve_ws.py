@@ -203,3 +203,28 @@ def test_half_open_connections_are_found_by_ping_and_reclaimed():
             assert ask(ws, {"type": "reset", "data": {"task_id": TASK}})["type"] == "observation"
         for sock, _ in peers:
             sock.close()
+
+
+def test_a_connected_but_silent_client_is_closed_after_the_attached_idle_timeout():
+    """A hung client whose library still answers pings would hold its slot forever; a bounded
+    attached idle timeout closes it (4002) while a client that keeps talking stays."""
+    from websockets.exceptions import ConnectionClosed
+
+    from envhub.server.sessions import HUNG_CLOSE
+
+    app = create_app(ENV_ID, ServerConfig(max_sessions=4, session_ttl_s=TTL, attached_idle_s=1.5))
+    with serve_in_thread(app, ping_interval=0.5) as url:
+        silent, talker = open_ws(url), open_ws(url)
+        for ws in (silent, talker):
+            assert ask(ws, {"type": "reset", "data": {"task_id": TASK}})["type"] == "observation"
+        start = time.monotonic()
+        while time.monotonic() - start < 3.5:  # the talker asks for its state twice a second
+            assert ask(talker, {"type": "state"})["type"] == "state"
+            time.sleep(0.5)
+        with pytest.raises(ConnectionClosed) as closed:
+            silent.recv(timeout=5)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == HUNG_CLOSE
+        assert active(url) == 1
+        assert ask(talker, {"type": "state"})["type"] == "state"
+        talker.close()
+        assert 'outcome="attached_idle"} 1' in httpx.get(url + "/metrics").text

@@ -55,6 +55,9 @@ def serve_command(
     max_sessions: Annotated[int, typer.Option(min=1, help="concurrent sessions (one env each)")] = 64,
     session_ttl: Annotated[float, typer.Option(min=0.1, help="seconds a detached, idle session keeps its "
                                                "slot (and can be resumed)")] = 300.0,
+    attached_idle_timeout: Annotated[float, typer.Option(min=0.0, help="seconds a connected client may stay "
+                                                         "silent before it is closed (a hung client; "
+                                                         "0 = never)")] = 3600.0,
     token: Annotated[str | None, typer.Option(envvar="ENVHUB_TOKEN", help="bearer token required on every "
                                               "route but /health", show_default=False)] = None,
     docker: Annotated[bool, typer.Option(help="build and run the server in a container (offline, on "
@@ -85,7 +88,8 @@ def serve_command(
 
         serve_in_docker(
             env_id, host=host, port=port, token=token, rebuild=rebuild, echo=typer.echo,
-            args=_server_args(max_sessions=max_sessions, session_ttl=session_ttl, split=split,
+            args=_server_args(max_sessions=max_sessions, session_ttl=session_ttl,
+                              attached_idle_timeout=attached_idle_timeout, split=split,
                               sandbox=sandbox, env_arg=env_arg or [], expose_gold=expose_gold,
                               executor=executor, ping_interval=ping_interval,
                               max_message_bytes=max_message_bytes, log_level=log_level),
@@ -102,7 +106,8 @@ def serve_command(
     from envhub.registry import UnknownEnvError
 
     config = ServerConfig(
-        max_sessions=max_sessions, session_ttl_s=session_ttl, token=token, expose_gold=expose_gold,
+        max_sessions=max_sessions, session_ttl_s=session_ttl, attached_idle_s=attached_idle_timeout or None,
+        token=token, expose_gold=expose_gold,
         executor=executor,  # type: ignore[arg-type]
         max_body_bytes=max_message_bytes, max_message_bytes=max_message_bytes, split=split,
         env_kwargs=env_kwargs,

@@ -28,6 +28,8 @@ class ServerConfig:
 
     max_sessions: int = 64
     session_ttl_s: float = 300.0
+    #: An attached WebSocket that sends nothing this long is closed; None = never.
+    attached_idle_s: float | None = 3600.0
     #: Bearer token every request but ``/health`` must carry; None = no auth (loopback only).
     token: str | None = None
     #: Serve the reference solution of the running task (``gold``): for scripted evaluation only.
@@ -39,7 +41,8 @@ class ServerConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def sessions(self) -> SessionConfig:
-        return SessionConfig(max_sessions=self.max_sessions, ttl_s=self.session_ttl_s, executor=self.executor)
+        return SessionConfig(max_sessions=self.max_sessions, ttl_s=self.session_ttl_s,
+                             attached_idle_s=self.attached_idle_s, executor=self.executor)
 
 
 class Hub:

@@ -25,7 +25,7 @@ ROUTES = frozenset({
     "ws_reset", "ws_step", "ws_state", "ws_close", "ws_abort", "ws_gold", "ws_mcp",
 })
 #: Every value the ``outcome`` label can take.
-OUTCOMES = frozenset({"2xx", "3xx", "4xx", "5xx", "ok", "error", "capacity", "idle_expired", "closed",
+OUTCOMES = frozenset({"2xx", "3xx", "4xx", "5xx", "ok", "error", "capacity", "idle_expired", "attached_idle", "closed",
                       "superseded", "disconnected", *(o.value for o in Outcome)})
 
 _SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

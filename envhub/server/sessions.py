@@ -6,9 +6,11 @@ it and *detached* otherwise (an HTTP session, or a WebSocket that dropped). The 
 - A detached session is reclaimed once it has been idle for the TTL (on by default): a client
   that vanished gives its slot back, and one that only lost its network can reattach within
   the TTL with its session id and carry on with the same episode.
-- An attached session is never reclaimed for idleness: a model may think for minutes. Its
+- An attached session is not reclaimed for short idleness: a model may think for minutes. Its
   liveness is the transport's job -- WebSocket pings (uvicorn's ``ws_ping_interval``) close a
-  half-open connection, which detaches the session and starts its TTL.
+  half-open connection, which detaches the session and starts its TTL. A client that is alive
+  but hung (its library still answers pings) is closed after ``attached_idle_s`` without a
+  message (an hour by default; ``None`` turns it off).
 - At capacity, expired sessions are reaped first; if none is, the caller gets an explicit
   :class:`CapacityError` with a retry hint, never a hang.
 - Session ids are 256-bit ``secrets.token_urlsafe`` values: holding one is the capability to
@@ -45,6 +47,8 @@ except (ImportError, AttributeError):  # pragma: no cover - other platforms judg
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: WebSocket close code for a connection closed by the attached idle timeout.
+HUNG_CLOSE = 4002
 Executor = Literal["auto", "inline", "thread"]
 
 
@@ -52,6 +56,8 @@ Executor = Literal["auto", "inline", "thread"]
 class SessionConfig:
     max_sessions: int = 64
     ttl_s: float = 300.0
+    #: An attached connection silent this long is closed (code 4002); None = never.
+    attached_idle_s: float | None = 3600.0
     executor: Executor = "auto"
     #: An inline env call slower than this moves all env calls to threads.
     slow_call_s: float = 0.05
@@ -61,6 +67,8 @@ class SessionConfig:
             raise ValueError("max_sessions must be at least 1")
         if not self.ttl_s > 0:
             raise ValueError("the session TTL must be positive")
+        if self.attached_idle_s is not None and not self.attached_idle_s > 0:
+            raise ValueError("the attached idle timeout must be positive (or None)")
         if self.executor not in ("auto", "inline", "thread"):
             raise ValueError(f"executor must be auto, inline or thread, not {self.executor!r}")
 
@@ -274,11 +282,22 @@ class SessionManager:
         return (not session.attached and session.busy == 0
                 and now - session.last_active > self.config.ttl_s)
 
+    def _hung(self, session: Session, now: float) -> bool:
+        limit = self.config.attached_idle_s
+        return (limit is not None and session.attached and session.busy == 0
+                and now - session.last_active > limit)
+
     async def reap(self, now: float) -> int:
         expired = [s.id for s in self.sessions.values() if self._expired(s, now)]
         for sid in expired:
             await self.close(sid, "idle_expired")
-        return len(expired)
+        hung = [s for s in self.sessions.values() if self._hung(s, now)]
+        for session in hung:
+            conn = session.attachment
+            await self.close(session.id, "attached_idle")
+            with contextlib.suppress(Exception):  # the peer may be gone already
+                await conn.close(code=HUNG_CLOSE, reason="no message within the idle timeout")
+        return len(expired) + len(hung)
 
     async def _reap_forever(self) -> None:
         while True:

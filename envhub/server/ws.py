@@ -97,10 +97,12 @@ async def _serve(hub: Hub, websocket: WebSocket, session: Session) -> bool:
     send = websocket.send
     limit = hub.config.max_message_bytes
     metrics = hub.metrics
+    touch = hub.manager.touch
     while True:
         message = await receive()
         if message["type"] == "websocket.disconnect":
             return message.get("code", 1000) in _NORMAL_CLOSE
+        touch(session)  # any message is a sign of life (the attached idle timeout)
         if session.closed or session.attachment is not websocket:
             await _close_quietly(websocket, 1008 if session.closed else SUPERSEDED, "session ended")
             return False
