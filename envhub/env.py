@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
-import re
 import threading
 import time
 import traceback
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from envhub.errors import EpisodeFinishedError, InfraError, ToolError
-from envhub.parsing import PARSERS, ToolCallParser
+from envhub.parsing import MAX_ARGUMENT_DEPTH, PARSERS, ToolCallParser, sanitize_text, sanitize_value
 from envhub.tools import ToolArgumentError, ToolDef, collect_tools
 from envhub.types import (
     Action,
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
     from envhub.verifiers.suite import SuiteCase
 
 SPLITS = ("train", "validation", "test")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _TASK_CACHE: dict[tuple[type, Hashable], TaskSource] = {}
 _TASK_CACHE_LOCK = threading.Lock()
 _RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
@@ -127,10 +125,13 @@ class Env:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
         self.split = split
-        if isinstance(budget, dict):
-            budget = replace(self.default_budget, **budget)
-        self.budget: Budget = budget or self.default_budget
+        self.budget: Budget = _check_budget(budget, self.default_budget)
+        if isinstance(parser, str) and parser not in PARSERS:
+            raise ValueError(f"unknown tool-call parser {parser!r}; choose one of {', '.join(PARSERS)}")
         self.parser: ToolCallParser = PARSERS[parser]() if isinstance(parser, str) else parser
+        _check_sandbox_backend(sandbox)
+        if isinstance(sandbox_pool, bool) or not isinstance(sandbox_pool, int) or sandbox_pool < 0:
+            raise TypeError(f"sandbox_pool must be a non-negative integer, got {sandbox_pool!r}")
         self.sandbox_backend = sandbox
         #: warm sandboxes kept per process (0: a cold sandbox per episode and per grading)
         self.sandbox_pool = sandbox_pool
@@ -283,6 +284,10 @@ class Env:
         if episode is None or episode.done:
             raise EpisodeFinishedError("no episode is running: call reset() first")
         action = _coerce_action(action)
+        call_error = None
+        if action.tool_calls:
+            calls, call_error = _sanitize_calls(action.tool_calls)
+            action = action.model_copy(update={"tool_calls": calls})
         t0 = time.monotonic()
         turn = Turn(index=len(episode.turns), action_text=action.text)
         episode.turns.append(turn)
@@ -291,7 +296,7 @@ class Env:
         )
         new: list[Message] = []
         try:
-            new = self._apply(episode, turn, action)
+            new = self._format_error(episode, turn, call_error) if call_error else self._apply(episode, turn, action)
         except InfraError as exc:
             self._finish(Outcome.ENV_ERROR, f"{exc}")
         except Exception as exc:
@@ -502,6 +507,51 @@ class Env:
             self._release_sandbox(self.episode)
 
 
+def _check_budget(budget: Any, default: Budget) -> Budget:
+    """``budget`` (a Budget, a dict of Budget fields, or None for ``default``), checked field by field.
+
+    A wrong type fails here, when the env is made, instead of in every episode it would run.
+    """
+    if budget is None:
+        return default
+    if isinstance(budget, dict):
+        known = {f.name: f for f in dataclasses.fields(Budget)}
+        unknown = sorted(set(budget) - set(known))
+        if unknown:
+            raise TypeError(f"unknown budget fields {unknown}; known: {', '.join(known)}")
+        budget = replace(default, **budget)
+    elif not isinstance(budget, Budget):
+        raise TypeError(
+            f"budget must be a Budget or a dict of its fields (e.g. {{\"max_turns\": 4}}), "
+            f"not {type(budget).__name__} {budget!r}"
+        )
+    for f in dataclasses.fields(Budget):
+        value = getattr(budget, f.name)
+        wants_int = isinstance(f.default, int)
+        ok_types = (int,) if wants_int else (int, float)
+        if isinstance(value, bool) or not isinstance(value, ok_types):
+            kind = "an integer" if wants_int else "a number"
+            raise TypeError(f"budget field {f.name} must be {kind}, got {value!r}")
+        if value < 0 or value != value:  # negative, or NaN
+            raise ValueError(f"budget field {f.name} must not be negative, got {value!r}")
+    return budget
+
+
+def _check_sandbox_backend(sandbox: Any) -> None:
+    """Fail when the env is made, not in every episode, on a sandbox backend name that cannot work."""
+    from envhub.sandboxes.base import BACKENDS  # lazily: core imports no other part at module level
+
+    if sandbox in (None, "", "auto"):
+        import os
+
+        chosen = os.environ.get("ENVHUB_SANDBOX", "auto") or "auto"
+        if chosen != "auto" and chosen not in BACKENDS:
+            raise ValueError(f"ENVHUB_SANDBOX={chosen!r} is not a sandbox backend; choose auto, {', '.join(BACKENDS)}")
+        return
+    if not isinstance(sandbox, str) or sandbox not in BACKENDS:
+        raise ValueError(f"unknown sandbox backend {sandbox!r}; choose auto, {', '.join(BACKENDS)}")
+
+
 def _close_quietly(sandbox: Sandbox) -> None:
     with contextlib.suppress(Exception):  # best effort; `envhub sandbox prune` removes leftovers
         sandbox.close()
@@ -521,6 +571,16 @@ def _coerce_action(action: str | Action | dict[str, Any]) -> Action:
     return action if clean == text else action.model_copy(update={"text": clean})
 
 
-def sanitize_text(text: str) -> str:
-    """Replace lone surrogates (undecodable bytes) so the text can be stored as UTF-8."""
-    return _SURROGATE.sub("\ufffd", text)
+def _sanitize_calls(calls: list[ToolCall]) -> tuple[list[ToolCall], str | None]:
+    """Structured calls with lone surrogates replaced; too deeply nested ones are dropped, with why."""
+    clean: list[ToolCall] = []
+    for call in calls:
+        try:
+            arguments = sanitize_value(call.arguments, max_depth=MAX_ARGUMENT_DEPTH)
+        except ValueError as exc:
+            return [], f"malformed tool call `{sanitize_text(call.name)}`: {exc}"
+        clean.append(call.model_copy(update={
+            "name": sanitize_text(call.name), "arguments": arguments,
+            "id": sanitize_text(call.id) if call.id is not None else None,
+        }))
+    return clean, None

@@ -16,6 +16,48 @@ from envhub.types import ToolCall
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: How deep a call's arguments may nest (dicts and lists); deeper cannot be stored as a record.
+MAX_ARGUMENT_DEPTH = 64
+
+
+def sanitize_text(text: str) -> str:
+    """Replace lone surrogates (e.g. a ``\\ud800`` JSON escape) with U+FFFD so the text is valid UTF-8."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def sanitize_value(value: Any, max_depth: int | None = None) -> Any:
+    """``value`` with every string in it (dict keys included) passed through :func:`sanitize_text`.
+
+    Iterative, so a deeply nested value cannot exhaust the stack; with ``max_depth``, a value
+    whose dicts and lists nest deeper than that raises ValueError.
+    """
+    if isinstance(value, str):
+        return sanitize_text(value)
+    if not isinstance(value, dict | list):
+        return value
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any, int]] = [(root, 0, value, 1)]  # (container, slot, original, depth)
+    while stack:
+        parent, slot, item, depth = stack.pop()
+        if isinstance(item, dict | list) and max_depth is not None and depth > max_depth:
+            raise ValueError(f"arguments are nested more than {max_depth} levels deep")
+        if isinstance(item, str):
+            parent[slot] = sanitize_text(item)
+        elif isinstance(item, dict):
+            out: dict[Any, Any] = {}
+            parent[slot] = out
+            for k, v in item.items():
+                key = sanitize_text(k) if isinstance(k, str) else k
+                out[key] = None
+                stack.append((out, key, v, depth + 1))
+        elif isinstance(item, list):
+            lst: list[Any] = [None] * len(item)
+            parent[slot] = lst
+            stack.extend((lst, i, v, depth + 1) for i, v in enumerate(item))
+        else:
+            parent[slot] = item
+    return root[0]
 
 
 @dataclass
@@ -40,13 +82,16 @@ def _call_from_obj(obj: Any) -> ToolCall:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as exc:
             raise ValueError(f'"arguments" of `{name}` is a string that is not JSON: {exc.msg}') from None
+        except RecursionError:
+            raise ValueError(f'"arguments" of `{name}` is a string of JSON nested too deeply') from None
     if not isinstance(args, dict):
         raise ValueError(f'"arguments" of `{name}` must be a JSON object, got {type(args).__name__}')
+    name, args = sanitize_text(name), sanitize_value(args, max_depth=MAX_ARGUMENT_DEPTH)
     unknown = set(obj) - {"name", "arguments", "parameters", "id"}
     if unknown:
         raise ValueError(f"unexpected keys in tool call: {sorted(unknown)}")
     call_id = obj.get("id")
-    return ToolCall(name=name, arguments=args, id=call_id if isinstance(call_id, str) else None)
+    return ToolCall(name=name, arguments=args, id=sanitize_text(call_id) if isinstance(call_id, str) else None)
 
 
 def _loads(blob: str) -> Any:
@@ -54,6 +99,8 @@ def _loads(blob: str) -> Any:
         return json.loads(blob)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON ({exc.msg} at position {exc.pos})") from None
+    except RecursionError:  # e.g. thousands of "[": the model's text, so the model's error to fix
+        raise ValueError("invalid JSON (nested too deeply)") from None
 
 
 class HermesParser:

@@ -65,6 +65,19 @@ def plan_episodes(
 def run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[str, Any]) -> TrajectoryRecord:
     """One episode, start to verdict. Never raises: failures become infra outcomes."""
     t0 = time.monotonic()
+    try:
+        return _run_episode(env, policy, plan, policy_info, t0)
+    except Exception as exc:  # building the record failed (token view, validation, ...): still one record
+        return _failed_record(env, plan, policy_info, _crash_detail(exc, "recording the episode failed"),
+                              time.monotonic() - t0)
+
+
+def _crash_detail(exc: BaseException, what: str) -> str:
+    return f"{what}: {exc!r}\n{''.join(traceback.format_exception(exc))}"
+
+
+def _run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[str, Any],
+                 t0: float) -> TrajectoryRecord:
     agent = None
     obs: Observation | None = None
     outputs: list[Any] = []
@@ -130,12 +143,17 @@ def _record(env: Env, plan: EpisodePlan, policy_info: dict[str, Any], agent: Any
     )
 
 
-def _failed_record(env: Env, plan: EpisodePlan, policy_info: dict[str, Any], detail: str,
-                   wall: float) -> TrajectoryRecord:
+def _failed_record(env: Env | None, plan: EpisodePlan, policy_info: dict[str, Any], detail: str,
+                   wall: float, env_id: str = "") -> TrajectoryRecord:
+    """An ``env_error`` record for an episode that produced none of its own; built from plain values."""
+    try:
+        versions = _versions(env, policy_info, []) if env is not None else Versions(envhub=envhub.__version__)
+    except Exception:
+        versions = Versions(envhub=envhub.__version__)
     record = TrajectoryRecord(
-        episode_id=plan.episode_id, task_id=plan.task_id, env_id=env.env_id, group_id=plan.group_id,
-        sample_index=plan.sample_index, policy=policy_info.get("policy", ""),
-        versions=_versions(env, policy_info, []), outcome=Outcome.ENV_ERROR,
+        episode_id=plan.episode_id, task_id=plan.task_id, env_id=getattr(env, "env_id", "") or env_id,
+        group_id=plan.group_id, sample_index=plan.sample_index, policy=str(policy_info.get("policy", "")),
+        versions=versions, outcome=Outcome.ENV_ERROR,
         verdict=Verdict(reward=0.0, outcome=Outcome.ENV_ERROR, detail=detail), outcome_detail=detail,
     )
     record.metrics.wall_seconds = wall
@@ -200,22 +218,44 @@ def run_rollouts(
         return local.env
 
     def job(plan: EpisodePlan) -> TrajectoryRecord:
+        t = time.monotonic()
         try:
             env = worker_env()
         except Exception as exc:
-            return _failed_record(probe, plan, policy_info, f"env construction failed: {exc!r}", 0.0)
-        return run_episode(env, policy, plan, policy_info)
+            return _failed_record(probe, plan, policy_info, _crash_detail(exc, "env construction failed"), 0.0)
+        try:
+            return run_episode(env, policy, plan, policy_info)
+        except Exception as exc:  # run_episode never raises, but a run must survive even if it did
+            return _failed_record(env, plan, policy_info, _crash_detail(exc, "episode crashed"),
+                                  time.monotonic() - t, env_id)
+
+    def keep(plan: EpisodePlan, record: TrajectoryRecord) -> None:
+        """Tell ``on_episode``, then store the record. Whatever fails here fails this episode only:
+        it is stored as an ``env_error`` record with the traceback, and the run goes on."""
+        try:
+            if on_episode is not None:
+                on_episode(record)
+            data = record.model_dump(mode="json")
+        except Exception as exc:
+            what = "the on_episode callback or serializing the record failed"
+            record = _failed_record(probe, plan, policy_info, _crash_detail(exc, what),
+                                    record.metrics.wall_seconds, env_id)
+            data = record.model_dump(mode="json")
+        store.append(data)
 
     t0 = time.monotonic()
     with JsonlStore(path) as store:
         todo = [p for p in plans if p.episode_id not in store.keys]
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            futures = [pool.submit(job, p) for p in todo]
+            futures = {pool.submit(job, p): p for p in todo}
             for fut in as_completed(futures):
-                record = fut.result()
-                store.append(record.model_dump(mode="json"))
-                if on_episode is not None:
-                    on_episode(record)
+                plan = futures[fut]
+                try:
+                    record = fut.result()
+                except Exception as exc:  # job() guards itself; this is the last line of defence
+                    record = _failed_record(probe, plan, policy_info, _crash_detail(exc, "episode crashed"),
+                                            0.0, env_id)
+                keep(plan, record)
     for env in envs:
         env.close()
     wanted = {p.episode_id for p in plans}

@@ -8,6 +8,7 @@ on disk is whole, and every whole episode is skipped on the next run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -16,20 +17,41 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from envhub.parsing import sanitize_text
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a fsynced temp file in the same folder and ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (which UTF-8 cannot hold) becomes U+FFFD instead of raising."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return sanitize_text(text).encode("utf-8")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temp path beside ``path``; when the block succeeds, the file is fsynced and
+    replaces ``path`` in one rename. A crash or kill leaves the previous file (or none), never a
+    torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(_utf8(text))
+    return Path(path)
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
@@ -65,8 +87,10 @@ class JsonlStore:
 
     def append(self, record: dict[str, Any] | str) -> None:
         line = record if isinstance(record, str) else json.dumps(record, ensure_ascii=False)
-        data = (line.rstrip("\n") + "\n").encode("utf-8")
-        key = json.loads(line)[self.key] if isinstance(record, str) else record[self.key]
+        data = _utf8(line.rstrip("\n") + "\n")  # never raises on a bad string: the record is kept
+        key = json.loads(data)[self.key] if isinstance(record, str) else record[self.key]
+        if isinstance(key, str):
+            key = sanitize_text(key)  # as it reads back from the file
         with self._lock:
             if self._fd is None:
                 raise RuntimeError("store is not open")

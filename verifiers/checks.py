@@ -7,7 +7,6 @@ collect credit for a candidate it did not commit to.
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections import Counter
@@ -21,6 +20,11 @@ from envhub.verifiers.layered import GateFailure, Graded
 
 _NUMBER = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?([eE][+-]?\d+)?$")
 _SPACES = re.compile(r"\s+")
+#: Bounds on a number's spelling: beyond them building the exact value would take minutes or
+#: gigabytes (``1e100000000``), so such an answer is simply not a number.
+MAX_EXPONENT = 1000
+MAX_DIGITS = 2000
+_FLOAT_SLACK = 1 + Fraction(1, 10**9)
 
 
 def normalize_text(text: str) -> str:
@@ -31,21 +35,56 @@ def normalize_text(text: str) -> str:
 
 
 def parse_number(text: str) -> Fraction:
-    """An exact number: integer, decimal, scientific or ``a/b``. Raises ValueError otherwise."""
+    """An exact number: integer, decimal, scientific or ``a/b``. Raises ValueError otherwise.
+
+    A zero denominator, more than ``MAX_DIGITS`` digits or an exponent beyond ``MAX_EXPONENT``
+    is not a number either (ValueError), never a crash or a hang.
+    """
     s = text.strip().replace("_", "").replace(" ", "")
     if s.count("/") == 1:
         num, den = s.split("/")
-        value = parse_number(num) / parse_number(den)
-        return value
-    if not s or not _NUMBER.match(s) or s in {"+", "-", "."}:
+        numerator, denominator = parse_number(num), parse_number(den)
+        if denominator == 0:
+            raise ValueError(f"not a number (division by zero): {text!r}")
+        return numerator / denominator
+    m = _NUMBER.match(s) if s and s not in {"+", "-", "."} else None
+    if m is None:
         raise ValueError(f"not a number: {text!r}")
+    mantissa, _, exponent = s.replace(",", "").lower().partition("e")
+    if sum(c.isdigit() for c in mantissa) > MAX_DIGITS:
+        raise ValueError(f"not a number (more than {MAX_DIGITS} digits): {text[:40]!r}...")
+    if exponent and (len(exponent.lstrip("+-").lstrip("0")) > 6 or abs(int(exponent)) > MAX_EXPONENT):
+        raise ValueError(f"not a number (exponent beyond ±{MAX_EXPONENT}): {text[:40]!r}")
     return Fraction(s.replace(",", ""))
 
 
 def numbers_close(a: Fraction, b: Fraction, rel_tol: float, abs_tol: float) -> bool:
+    """``math.isclose`` semantics, computed exactly: no float overflow, no rounding at the boundary."""
     if rel_tol == 0 and abs_tol == 0:
         return a == b
-    return math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=abs_tol)
+    diff = abs(a - b)
+    return diff <= abs_tol or diff <= Fraction(rel_tol) * max(abs(a), abs(b))
+
+
+def exponent10(x: Fraction) -> int:
+    """``floor(log10(|x|))``, exactly (0 for 0): the position of the leading significant digit."""
+    x = abs(Fraction(x))
+    if x == 0:
+        return 0
+    e = len(str(x.numerator)) - len(str(x.denominator))  # within one of the answer
+    while Fraction(10) ** e > x:
+        e -= 1
+    while Fraction(10) ** (e + 1) <= x:
+        e += 1
+    return e
+
+
+def significant_figures_tolerance(reference: Fraction, sig_figs: int) -> Fraction:
+    """Half a unit in the last of ``sig_figs`` significant figures of ``reference``: how far a correct
+    rounding to that many figures can be from it."""
+    if reference == 0:
+        return Fraction(0)
+    return Fraction(1, 2) * Fraction(10) ** (exponent10(reference) - sig_figs + 1)
 
 
 def f1_score(predicted: Iterable[str], gold: Iterable[str]) -> float:
@@ -94,6 +133,12 @@ class ExactMatch:
 class NumericMatch:
     """Correctness: one number, compared exactly or within a tolerance.
 
+    The tolerance is measured from ``task.hidden[reference_key]`` when that is set (the unrounded
+    value, so that every correct rounding passes and nothing else does), else from the gold
+    ``task.hidden[key]``. ``sig_figs`` accepts what rounds to the reference at that many
+    significant figures (half a unit in the last one); ``rel_tol`` / ``abs_tol`` are
+    ``math.isclose``'s, computed exactly. All zero: exact equality.
+
     A submission that does not parse as exactly one number is a format error (the gate's
     business), which also rejects hedged answers listing several candidates.
     """
@@ -103,14 +148,29 @@ class NumericMatch:
     rel_tol: float = 0.0
     abs_tol: float = 0.0
     name: str = "numeric_match"
+    reference_key: str | None = None
+    sig_figs: int = 0
+
+    def reference(self, task: Task) -> Fraction:
+        return parse_number(str(task.hidden[self.reference_key or self.key]))
+
+    def allowed_error(self, reference: Fraction) -> Fraction:
+        """How far an answer near ``reference`` may be from it and still pass (0: exact)."""
+        rel = Fraction(self.rel_tol) * abs(reference)
+        sig = significant_figures_tolerance(reference, self.sig_figs) if self.sig_figs > 0 else Fraction(0)
+        return max(Fraction(self.abs_tol), rel, sig)
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
-        gold = parse_number(str(task.hidden[self.key]))
+        reference = self.reference(task)
         try:
             got = parse_number(_strip_label(submission[self.field]))
         except ValueError as exc:
             raise GateFailure(Outcome.FORMAT_ERROR, f"answer is not a single number: {exc}") from None
-        ok = numbers_close(got, gold, self.rel_tol, self.abs_tol)
+        ok = numbers_close(got, reference, self.rel_tol, self.abs_tol) or (
+            self.sig_figs > 0
+            # a float reference may sit a hair off an exact tie, where both roundings are correct
+            and abs(got - reference) <= significant_figures_tolerance(reference, self.sig_figs) * _FLOAT_SLACK
+        )
         return Graded(1.0 if ok else 0.0, ok, f"expected {task.hidden[self.key]}, got {submission[self.field]!r}")
 
 

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from envhub.types import Task
@@ -48,9 +49,19 @@ def literals_equal(got: Any, gold: Any) -> bool:
     if gold is None or isinstance(gold, bool):
         return got is gold
     if isinstance(gold, int | float):
-        return (isinstance(got, int | float) and not isinstance(got, bool)
-                and math.isclose(got, gold, rel_tol=1e-12, abs_tol=0.0))
+        return isinstance(got, int | float) and not isinstance(got, bool) and _numbers_close(got, gold)
     return isinstance(got, str) and got == gold
+
+
+def _numbers_close(got: int | float, gold: int | float, rel_tol: float = 1e-12) -> bool:
+    """``math.isclose`` with a relative tolerance, also for integers too large for a float."""
+    try:
+        return math.isclose(got, gold, rel_tol=rel_tol, abs_tol=0.0)
+    except OverflowError:  # an int beyond float range (e.g. 401 digits): compare exactly
+        if any(isinstance(v, float) and not math.isfinite(v) for v in (got, gold)):
+            return False  # a finite integer is never inf (nor nan)
+        a, b = Fraction(got), Fraction(gold)
+        return abs(a - b) <= Fraction(rel_tol) * max(abs(a), abs(b))
 
 
 @dataclass

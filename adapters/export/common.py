@@ -7,15 +7,13 @@ trainer downstream scores exactly the tokens the policy sampled.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envhub.store import atomic_path
 from envhub.types import OutcomeClass, TrajectoryRecord
 
 #: The fields that every round-trip test compares between a source record and its export.
@@ -160,36 +158,10 @@ def task_prompt_messages(rec: TrajectoryRecord) -> list[dict[str, str]]:
     return out
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temp path beside ``path``; on success it replaces ``path`` in one rename.
-
-    A crash or kill mid-export leaves the previous file (or none), never a torn one.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_jsonl_atomic(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return Path(path)
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
     return Path(path)
 
 

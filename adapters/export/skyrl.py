@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envhub.store import write_text_atomic
 from envhub.types import TrajectoryRecord
 
 from .common import (
@@ -28,7 +29,6 @@ from .common import (
     trainable_mask,
     write_jsonl_atomic,
     write_parquet_atomic,
-    write_text_atomic,
 )
 
 ENV_CLASS = "envhub"

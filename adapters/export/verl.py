@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envhub.store import write_text_atomic
 from envhub.types import TrajectoryRecord
 
 from .common import (
@@ -27,7 +28,6 @@ from .common import (
     trainable_mask,
     write_jsonl_atomic,
     write_parquet_atomic,
-    write_text_atomic,
 )
 
 AGENT_NAME = "envhub_agent"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from fractions import Fraction
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -13,7 +14,7 @@ from envhub.sandboxes.base import SandboxSpec
 from envhub.tools import tool
 from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, ExactMatch, LayeredVerifier, NumericMatch, SequenceMatch
-from envhub.verifiers.checks import parse_number
+from envhub.verifiers.checks import exponent10, parse_number
 from envhub.verifiers.layered import ScoreCheck
 from envhub.verifiers.suite import SuiteCase, answer_case
 
@@ -66,12 +67,21 @@ class ComputationTasks:
             difficulty=p.level,
             prompt=p.prompt,
             metadata={"kind": p.kind, "answer_type": p.answer_type},
-            hidden={"answer": p.answer, "answer_type": p.answer_type, "solver": p.solver},
+            hidden={"answer": p.answer, "answer_type": p.answer_type, "solver": p.solver,
+                    **({"exact": p.exact} if p.exact is not None else {})},
         )
 
 
 class AnswerTypeMatch:
-    """Correctness by the task's answer type: exact integers and fractions, toleranced decimals."""
+    """Correctness by the task's answer type: exact integers and fractions, toleranced decimals.
+
+    A decimal ("number") answer gets the tolerance its kind's prompt promises, measured from the
+    unrounded value: a unit conversion asks for 6 significant figures, so whatever rounds to the
+    result at 6 figures passes (a relative bound, no absolute floor: a tiny result is not "0");
+    a statistic asks for 2 decimal places, so an answer within half a unit in the 2nd decimal of
+    the exact value passes (both roundings of an exact tie, and the unrounded value, but not the
+    neighbouring 2-decimal value).
+    """
 
     name = "answer_match"
 
@@ -79,13 +89,23 @@ class AnswerTypeMatch:
         self.checks: dict[str, ScoreCheck] = {
             "integer": NumericMatch(),
             "fraction": NumericMatch(),
-            "number": NumericMatch(rel_tol=2e-5, abs_tol=0.011),
             "word": ExactMatch(),
             "sequence": SequenceMatch(),
         }
+        #: "number" answers, by task kind (a number task of a kind not listed is a verifier error)
+        self.number_checks: dict[str, NumericMatch] = {
+            "unit": NumericMatch(reference_key="exact", sig_figs=6),  # "Round to 6 significant figures."
+            "stats": NumericMatch(reference_key="exact", abs_tol=0.005),  # "Round to 2 decimal places."
+        }
+
+    def check_for(self, task: Task) -> ScoreCheck:
+        answer_type = task.hidden["answer_type"]
+        if answer_type == "number":
+            return self.number_checks[task.metadata["kind"]]
+        return self.checks[answer_type]
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Any:
-        return self.checks[task.hidden["answer_type"]](task, submission, episode)
+        return self.check_for(task)(task, submission, episode)
 
 
 class ComputationEnv(Env):
@@ -167,6 +187,52 @@ def _gold_text(task: Task) -> str:
     return ", ".join(f"{n}={v}" for n, v in zip("xyz", gold, strict=False)) if isinstance(gold, list) else gold
 
 
+def _zero(task: Task) -> str:
+    """A constant 0 in the answer's form (1 where 0 really is the answer)."""
+    gold = task.hidden["answer"]
+    if task.hidden["answer_type"] == "sequence":
+        values = ["0"] * len(gold)
+        if all(parse_number(v) == 0 for v in gold):
+            values[0] = "1"
+        return ", ".join(f"{n}={v}" for n, v in zip("xyz", values, strict=False))
+    if task.hidden["answer_type"] == "word":
+        return "0"
+    return "1" if parse_number(gold) == 0 else "0"
+
+
+def _just_outside_tolerance(task: Task) -> str:
+    """The closest answer the check must still reject: 5% beyond its tolerance (or a hair off an exact value)."""
+    gold = task.hidden["answer"]
+    answer_type = task.hidden["answer_type"]
+    if answer_type == "word":
+        return _wrong(task)
+    if answer_type == "sequence":
+        first = parse_number(gold[0]) + Fraction(1, 10**6)
+        return ", ".join(f"{n}={v}" for n, v in zip("xyz", [str(first), *gold[1:]], strict=False))
+    check = _ANSWER_MATCH.check_for(task)
+    assert isinstance(check, NumericMatch)
+    reference = check.reference(task)
+    allowed = check.allowed_error(reference)
+    if allowed == 0:
+        return str(reference + Fraction(1, 10**6))
+    return _scientific(reference + allowed * Fraction(105, 100))
+
+
+def _scientific(value: Fraction, digits: int = 15) -> str:
+    """``value`` written exactly enough (``digits`` significant figures) in scientific notation."""
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    e = exponent10(value)
+    mantissa = str(round(value / Fraction(10) ** (e - digits + 1)))
+    if len(mantissa) > digits:  # rounding carried into a new leading digit
+        e += 1
+        mantissa = mantissa[:digits]
+    return f"{sign}{mantissa[0]}.{mantissa[1:]}e{e}"
+
+
+_ANSWER_MATCH = AnswerTypeMatch()
+
+
 def computation_attacks() -> list[SuiteCase]:
     return [
         answer_case("wrong_value", _wrong, "a plausible wrong value in the right form"),
@@ -178,4 +244,7 @@ def computation_attacks() -> list[SuiteCase]:
                     "a JSON blob claiming success"),
         answer_case("code_instead_of_value", lambda t: "print(answer)",
                     "code instead of a value"),
+        answer_case("zero", _zero, "a constant 0, which a loose absolute tolerance accepts for tiny results"),
+        answer_case("just_outside_tolerance", _just_outside_tolerance,
+                    "the nearest value the kind's tolerance must reject"),
     ]

@@ -33,6 +33,9 @@ class Problem:
     answer_type: str
     solver: str
     abs_tol: float = 0.0
+    #: for a "number" answer, the unrounded value that the verifier's tolerance is measured from
+    #: (the exact result, or the float the solver computes); None for exact answer types
+    exact: str | None = None
 
     @property
     def task_id(self) -> str:
@@ -115,7 +118,7 @@ _UNITS = {
 }
 
 
-def _unit(rng: random.Random, level: int) -> tuple[str, str, str, str]:
+def _unit(rng: random.Random, level: int) -> tuple[str, str, str, str, str]:
     quantity = rng.choice(sorted(_UNITS))
     table = _UNITS[quantity]
     src, dst = rng.sample(sorted(table), 2)
@@ -130,10 +133,10 @@ def _unit(rng: random.Random, level: int) -> tuple[str, str, str, str]:
         prompt = f"Convert {value} {src} to {dst}. Round to 6 significant figures."
         code = f"print({value} * {table[src]} / {table[dst]})"
     answer = f"{result:.6g}"
-    return prompt, answer, "number", code
+    return prompt, answer, "number", code, repr(result)
 
 
-def _stats(rng: random.Random, level: int) -> tuple[str, str, str, str]:
+def _stats(rng: random.Random, level: int) -> tuple[str, str, str, str, str]:
     n = 5 + 3 * level
     cities = ["Lyon", "Porto", "Graz", "Turku", "Split", "Ghent"]
     rows = [(f"r{i}", rng.choice(cities), rng.randint(10, 500)) for i in range(n)]
@@ -146,6 +149,9 @@ def _stats(rng: random.Random, level: int) -> tuple[str, str, str, str]:
         values = [c for _, b, c in rows if b == city]
         where = f" over the rows whose city is {city}"
     result = getattr(statistics, stat)(values)
+    # mean and median of integers are exact rationals; pstdev is the correctly rounded float
+    exact = (str(Fraction(sum(values), len(values))) if stat == "mean"
+             else str(Fraction(result)) if stat == "median" else repr(result))
     names = {"mean": "arithmetic mean", "median": "median", "pstdev": "population standard deviation"}
     prompt = (
         f"Here is a CSV table:\n\n{table}\n\nCompute the {names[stat]} of the amount column{where}. "
@@ -158,7 +164,7 @@ def _stats(rng: random.Random, level: int) -> tuple[str, str, str, str]:
         f"vals = [int(r['amount']) for r in rows{filt}]\n"
         f"print(round(statistics.{stat}(vals), 2))"
     )
-    return prompt, f"{round(result, 2)}", "number", code
+    return prompt, f"{round(result, 2)}", "number", code, exact
 
 
 def _linear(rng: random.Random, level: int) -> tuple[str, list[str], str, str]:
@@ -218,8 +224,8 @@ def generate(kind: str, level: int, seed: int) -> Problem:
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}")
     rng = random.Random(f"envhub-computation/{kind}/{level}/{seed}")
-    prompt, answer, answer_type, solver = KINDS[kind](rng, level)
-    return Problem(kind, level, seed, prompt, answer, answer_type, solver)
+    prompt, answer, answer_type, solver, *exact = KINDS[kind](rng, level)
+    return Problem(kind, level, seed, prompt, answer, answer_type, solver, exact=exact[0] if exact else None)
 
 
 def parse_task_id(task_id: str) -> tuple[str, int, int]:
