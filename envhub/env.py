@@ -93,6 +93,8 @@ class Episode:
     verdict: Verdict | None = None
     submission: dict[str, Any] | None = None
     sandbox: Sandbox | None = None
+    #: ``image_id`` of the sandbox the agent's tools ran in (kept after the sandbox is released)
+    sandbox_image: str | None = None
     metrics: EpisodeMetrics = field(default_factory=EpisodeMetrics)
     scratch: dict[str, Any] = field(default_factory=dict)
 
@@ -332,6 +334,7 @@ class Env:
         if episode.sandbox is None:
             t0 = time.monotonic()
             episode.sandbox = self._new_sandbox()
+            episode.sandbox_image = getattr(episode.sandbox, "image_id", None)
             episode.metrics.sandbox_seconds += time.monotonic() - t0
         return episode.sandbox
 

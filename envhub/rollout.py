@@ -167,7 +167,7 @@ def _versions(env: Env, policy_info: dict[str, Any], weight_versions: list[str |
         task_set = ""
     return Versions(
         envhub=envhub.__version__, env=f"{env.env_id}@{env.version}", task_set=task_set,
-        sandbox_image=policy_info.get("sandbox_image"), model=policy_info.get("model"),
+        sandbox_image=getattr(env.episode, "sandbox_image", None), model=policy_info.get("model"),
         tokenizer=policy_info.get("tokenizer"), chat_template_hash=policy_info.get("chat_template_hash"),
         weight_versions=weight_versions,
     )

@@ -117,6 +117,8 @@ class Sandbox(Protocol):
     backend: str
     workdir: str
     limits: Limits
+    #: What the sandbox runs: ``docker:<tag>@<image id>``, or ``bwrap:host`` / ``process:host``.
+    image_id: str
 
     def exec(
         self,

@@ -33,8 +33,8 @@ from envhub.sandboxes.dockerapi import (
     LABEL_OWNED,
     LABEL_PID,
     docker_client,
-    image_labels,
     is_not_found,
+    local_image,
     owner_labels,
 )
 from envhub.sandboxes.images import base_image_tag, ensure_base_image
@@ -113,10 +113,12 @@ class DockerSandbox(ResidentSandbox):
         client = docker_client()
         if self.spec.image is None:
             ensure_base_image()
-        labels = image_labels(client, self.image)
-        if labels is None:
+        image = local_image(client, self.image)
+        if image is None:
             raise SandboxError(f"image {self.image} does not exist here (no registry to pull from); "
                                f"build it: envhub sandbox build")
+        labels = dict(image.labels or {})
+        self.image_id = f"docker:{self.image}@{image.id}"
         config = {
             "workdir": WORKDIR,
             "wipe": [WORKDIR, "/tmp", "/dev/shm"],

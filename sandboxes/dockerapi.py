@@ -61,12 +61,17 @@ def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, docker.errors.NotFound)
 
 
-def image_labels(client: Any, ref: str) -> dict[str, str] | None:
-    """The labels of a local image, or None when there is no such image."""
+def local_image(client: Any, ref: str) -> Any | None:
+    """A local image (docker-py ``Image``), or None when there is no such image."""
     try:
-        image = client.images.get(ref)
+        return client.images.get(ref)
     except Exception as exc:
         if is_not_found(exc):
             return None
         raise SandboxError(f"cannot inspect image {ref}: {exc}") from exc
-    return dict(image.labels or {})
+
+
+def image_labels(client: Any, ref: str) -> dict[str, str] | None:
+    """The labels of a local image, or None when there is no such image."""
+    image = local_image(client, ref)
+    return None if image is None else dict(image.labels or {})

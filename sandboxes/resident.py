@@ -105,6 +105,7 @@ class ResidentSandbox(ABC):
         # from a signal's cleanup thread must not wait on a main thread stuck in the handler).
         self._close_once = threading.Lock()
         self.info: dict[str, Any] = {}
+        self.image_id = f"{self.backend}:host"  # the host's system; docker names its image
 
     # ---- hooks ---------------------------------------------------------------------------------
 

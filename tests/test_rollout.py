@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_fixtures import backend_params, require_backend
 
 import envhub
 from envhub.policies import GoldPolicy, make_policy
@@ -36,6 +37,39 @@ def test_gold_rollout_succeeds_on_every_episode(tmp_path):
     for key in ("attempted", "by_outcome", "by_class", "strict_success_rate", "success_rate_excluding_infra",
                 "tokens", "tool_calls", "wall_seconds", "tokens_per_success", "tool_calls_per_success"):
         assert key in saved
+
+
+@pytest.mark.parametrize("backend", backend_params("docker", "bwrap"))
+def test_the_python_tool_runs_in_the_chosen_sandbox_and_the_record_names_it(tmp_path, backend):
+    """The tool's code runs inside the selected sandbox (a fact only true in there), and each
+    record's versions name the sandbox image -- for docker down to its image id."""
+    require_backend(backend)
+    from envhub.parsing import format_tool_call
+    from envhub.policies import _ScriptedAgent
+
+    code = "import os, socket; print(os.getuid(), socket.gethostname(), os.getcwd())"
+
+    class WhoAmI:
+        name = "whoami"
+
+        def describe(self):
+            return {}
+
+        def start(self, env, observation, *, seed):
+            return _ScriptedAgent([format_tool_call("python", {"code": code}),
+                                   format_tool_call("answer", {"answer": "0"})])
+
+    result = run_rollouts(ENV, WhoAmI(), out_dir=tmp_path, episodes=2, concurrency=1,
+                          env_kwargs={"sandbox": backend})
+    assert result.report["by_class"]["infra_failure"] == 0
+    for rec in (TrajectoryRecord.model_validate(r) for r in read_jsonl(tmp_path / "trajectories.jsonl")):
+        uid, _host, cwd = rec.turns[0].observation[0].content.split()
+        assert cwd.startswith("/work") and cwd != os.getcwd() and uid != str(os.getuid()), (uid, cwd)
+        image = rec.versions.sandbox_image or ""
+        if backend == "docker":
+            assert image.startswith("docker:envhub/base:") and "@sha256:" in image, image
+        else:
+            assert image == "bwrap:host", image
 
 
 def test_noop_rollout_fails_every_episode_as_policy_failure(tmp_path):
