@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import random
 import threading
 import time
@@ -114,6 +115,9 @@ class Env:
     sandbox_spec: ClassVar[SandboxSpec | None] = None
     #: Modules a grading sandbox's executor imports ahead of time (e.g. pytest for hidden tests).
     grading_preload: ClassVar[tuple[str, ...]] = ()
+    #: The agent's tools run code next to what it must not see (hidden tests): the ``process``
+    #: backend, which hides nothing, is used only when asked for by name, never as the fallback.
+    needs_isolation: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -345,10 +349,19 @@ class Env:
         spec = dataclasses.replace(self.sandbox_spec or SandboxSpec(), role=role,
                                    preload=self.grading_preload if role == "grading" else ())
         try:
+            backend = select_backend(self.sandbox_backend)
+        except Exception as exc:
+            raise InfraError(f"could not start a sandbox: {exc}") from exc
+        asked = self.sandbox_backend if self.sandbox_backend not in (None, "", "auto") else \
+            os.environ.get("ENVHUB_SANDBOX", "auto")
+        if backend == "process" and self.needs_isolation and asked != "process":
+            raise InfraError(f"{self.env_id or type(self).__name__} runs agent code next to its hidden tests and no "
+                             "isolating sandbox (docker, bwrap) works here; `envhub sandbox doctor` says how to "
+                             "fix that, or pass --sandbox process to run it without isolation anyway")
+        try:
             if self.sandbox_pool > 0:
-                backend = select_backend(self.sandbox_backend)
                 return shared_pool(backend, spec, size=self.sandbox_pool).acquire()
-            return create_sandbox(self.sandbox_backend, spec, pooled=False)
+            return create_sandbox(backend, spec, pooled=False)
         except Exception as exc:
             raise InfraError(f"could not start a sandbox: {exc}") from exc
 

@@ -292,3 +292,23 @@ def test_gold_and_noop_rollouts(tmp_path):
                        timeout=900)
         report = json.loads((out / "report.json").read_text())
         assert report["strict_success_rate"] == rate and report["by_class"]["infra_failure"] == 0
+
+
+def test_no_silent_fallback_to_the_unisolated_process_backend(monkeypatch, sample):
+    """Where neither docker nor bwrap works, auto would pick `process`, which hides nothing (the
+    hidden tests sit in the checkout): code repair refuses that unless asked for by name."""
+    from envhub.sandboxes import selection
+
+    monkeypatch.delenv("ENVHUB_SANDBOX", raising=False)
+    monkeypatch.setattr(selection, "_auto_choice", "process")  # what auto finds on such a machine
+    inst = sample[0]
+    auto = envhub.make(ENV, sandbox="auto", sandbox_pool=0)
+    obs = auto.reset(task_id=inst.instance_id)  # the repository goes into the sandbox at reset
+    assert obs.done and obs.outcome is envhub.Outcome.ENV_ERROR
+    assert "--sandbox process" in auto.episode.verdict.detail
+    auto.close()
+    named = envhub.make(ENV, sandbox="process", sandbox_pool=0)
+    named.reset(task_id=inst.instance_id)
+    obs = named.step(format_tool_call("list_files", {"path": "."}))
+    assert not obs.done and "src/" in obs.messages[-1].content
+    named.close()

@@ -73,6 +73,7 @@ class CodeRepairEnv(Env):
     default_budget = BUDGETS[1]
     sandbox_spec: ClassVar[SandboxSpec] = SandboxSpec(limits=Limits(timeout_s=30.0, memory_mb=512, disk_mb=64))
     grading_preload: ClassVar[tuple[str, ...]] = ("pytest",)
+    needs_isolation = True
 
     def __init__(self, *, manifest: str | None = None, partial_credit: bool = False,
                  difficulties: Sequence[int] | None = None, **kwargs: Any) -> None:
