@@ -8,6 +8,7 @@ episode becomes that episode's ``env_error`` record, with the traceback; it neve
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import threading
 import time
@@ -205,6 +206,8 @@ def run_rollouts(
     finally:
         probe.close()
     policy_info = {"policy": policy.name, **policy.describe()}
+    _claim_run_dir(out, {"env_id": env_id, "split": split, "policy": policy_info,
+                         "env_kwargs": {k: v for k, v in (env_kwargs or {}).items() if k != "sandbox"}})
     path = out / "trajectories.jsonl"
     local = threading.local()
     envs: list[Env] = []
@@ -265,6 +268,25 @@ def run_rollouts(
                    "skipped_already_done": len(plans) - len(todo), "seed": seed, "group_size": group_size})
     write_json_atomic(out / "report.json", report)
     return RolloutResult(report=report, trajectories=path, skipped=len(plans) - len(todo))
+
+
+def _claim_run_dir(out: Path, identity: dict[str, Any]) -> None:
+    """``out/run.json`` names what the directory's episodes are; resuming with anything else
+    (another policy, model, sampling, env or split) would mix two runs under one report."""
+    identity = json.loads(json.dumps(identity, sort_keys=True, default=str))
+    path = out / "run.json"
+    if path.exists():
+        try:
+            before = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path} is unreadable ({exc}); use another --out") from None
+        if before != identity:
+            differ = sorted(k for k in {*before, *identity} if before.get(k) != identity.get(k))
+            raise ValueError(f"{out} holds episodes of another run (different {', '.join(differ)}: "
+                             f"{before.get(differ[0])!r} there, {identity.get(differ[0])!r} now); "
+                             "resume with the same settings or use another --out")
+        return
+    write_json_atomic(path, identity)
 
 
 def _check_writable(out: Path) -> None:

@@ -196,3 +196,20 @@ def test_rerun_with_same_out_skips_everything(tmp_path):
     again = run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=6)
     assert again.skipped == 6 and again.report["attempted"] == 6
     assert Path(tmp_path / "trajectories.jsonl").read_text().count("\n") == 6
+
+
+def test_resuming_with_other_settings_is_refused_and_loses_nothing(tmp_path):
+    """Episode ids do not name the policy: resuming a noop run with gold would skip every episode
+    and label noop's results gold. The directory remembers what its episodes are."""
+    run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=3)
+    before = (tmp_path / "trajectories.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="another run.*policy"):
+        run_rollouts(ENV, make_policy("gold"), out_dir=tmp_path, episodes=3)
+    with pytest.raises(ValueError, match="another run.*split"):
+        run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=3, split="validation")
+    assert (tmp_path / "trajectories.jsonl").read_bytes() == before
+    again = run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=5)  # same run, extended
+    assert again.skipped == 3 and again.report["attempted"] == 5
+    res = subprocess.run([sys.executable, "-m", "envhub.cli", "rollout", ENV, "--policy", "gold", "--episodes", "3",
+                          "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "another run" in res.stderr
