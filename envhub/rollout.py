@@ -251,14 +251,18 @@ def run_rollouts(
         todo = [p for p in plans if p.episode_id not in store.keys]
         with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
             futures = {pool.submit(job, p): p for p in todo}
-            for fut in as_completed(futures):
-                plan = futures[fut]
-                try:
-                    record = fut.result()
-                except Exception as exc:  # job() guards itself; this is the last line of defence
-                    record = _failed_record(probe, plan, policy_info, _crash_detail(exc, "episode crashed"),
-                                            0.0, env_id)
-                keep(plan, record)
+            try:
+                for fut in as_completed(futures):
+                    plan = futures[fut]
+                    try:
+                        record = fut.result()
+                    except Exception as exc:  # job() guards itself; this is the last line of defence
+                        record = _failed_record(probe, plan, policy_info, _crash_detail(exc, "episode crashed"),
+                                                0.0, env_id)
+                    keep(plan, record)
+            except KeyboardInterrupt:  # Ctrl-C: what finished is on disk; the queue is dropped, not run
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     for env in envs:
         env.close()
     wanted = {p.episode_id for p in plans}

@@ -213,3 +213,19 @@ def test_resuming_with_other_settings_is_refused_and_loses_nothing(tmp_path):
     res = subprocess.run([sys.executable, "-m", "envhub.cli", "rollout", ENV, "--policy", "gold", "--episodes", "3",
                           "--out", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "another run" in res.stderr
+
+
+def test_ctrl_c_stops_a_rollout_promptly_and_keeps_what_finished(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "envhub.cli", "rollout", ENV, "--policy", "gold",
+                             "--episodes", "5000", "--concurrency", "2", "--out", str(tmp_path), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = tmp_path / "trajectories.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not path.exists() or path.read_bytes().count(b"\n") < 5):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    proc.wait(timeout=60)
+    assert time.monotonic() - interrupted < 15  # the other ~5000 episodes were not run first
+    done = [json.loads(line) for line in path.read_text().splitlines()]
+    assert 5 <= len(done) < 5000 and all(r["outcome"] == "success" for r in done)
