@@ -217,6 +217,15 @@ class CodeRepairEnv(Env):
         return [export_instance(self.tasks.instance(t), self.tasks.get(t).prompt, dest, base_image=base_image)
                 for t in task_ids]
 
+    def suite_cases(self) -> list[SuiteCase]:
+        """The universal cases, the manifest's own gold patch as a submission, and the attacks."""
+        gold_patch = SuiteCase(
+            "gold_patch", "pass",
+            lambda env, task: env.submission_actions(task, env.tasks.instance(task.task_id).patch),
+            "the manifest's unified diff, applied the way `envhub verify --submissions` applies one")
+        cases = super().suite_cases()
+        return [*cases[:1], gold_patch, *cases[1:]]
+
     def adversarial_cases(self) -> list[SuiteCase]:
         from .attacks import code_repair_attacks
 
