@@ -426,13 +426,13 @@ class Env:
             episode.submission = {"tool": call.name, **args}
             self._grade(episode)
             return None
-        t0 = time.monotonic()
+        t0, before = time.monotonic(), episode.metrics.sandbox_seconds
         try:
             result = str(tdef.fn(self, **args))
         except ToolError as exc:
             result = f"Error: {exc}"
-        finally:
-            episode.metrics.sandbox_seconds += time.monotonic() - t0
+        finally:  # the call's wall time already holds a sandbox start inside it: count that once
+            episode.metrics.sandbox_seconds = before + time.monotonic() - t0
         return Message(role="tool", name=call.name, tool_call_id=call.id, content=self._clip(result))
 
     def _grade(self, episode: Episode) -> None:

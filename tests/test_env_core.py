@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 
@@ -149,3 +150,13 @@ def test_unknown_split_and_unknown_task(env):
         envhub.make("envhub/Computation-v0", split="dev")
     with pytest.raises(KeyError, match="not a computation task id"):
         env.reset(task_id="nope")
+
+
+def test_sandbox_seconds_count_a_sandbox_start_once():
+    env = envhub.make("envhub/Computation-v0", sandbox_pool=0)  # a cold start inside the first tool call
+    env.reset(task_id="comp-bigint-L1-0")
+    t0 = time.monotonic()
+    env.step('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>')
+    wall = time.monotonic() - t0
+    assert 0 < env.episode.metrics.sandbox_seconds <= wall
+    env.close()

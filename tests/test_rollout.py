@@ -203,9 +203,9 @@ def test_resuming_with_other_settings_is_refused_and_loses_nothing(tmp_path):
     and label noop's results gold. The directory remembers what its episodes are."""
     run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=3)
     before = (tmp_path / "trajectories.jsonl").read_bytes()
-    with pytest.raises(ValueError, match="another run.*policy"):
+    with pytest.raises(ValueError, match=r"another run.*policy"):
         run_rollouts(ENV, make_policy("gold"), out_dir=tmp_path, episodes=3)
-    with pytest.raises(ValueError, match="another run.*split"):
+    with pytest.raises(ValueError, match=r"another run.*split"):
         run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=3, split="validation")
     assert (tmp_path / "trajectories.jsonl").read_bytes() == before
     again = run_rollouts(ENV, make_policy("noop"), out_dir=tmp_path, episodes=5)  # same run, extended
