@@ -10,6 +10,7 @@ import pytest
 from sandbox_fixtures import backend_params, require_backend
 
 import envhub
+from envhub.parsing import format_tool_call
 from envhub.policies import GoldPolicy, make_policy
 from envhub.rollout import plan_episodes, run_episode, run_rollouts
 from envhub.store import JsonlStore, read_jsonl
@@ -44,7 +45,6 @@ def test_the_python_tool_runs_in_the_chosen_sandbox_and_the_record_names_it(tmp_
     """The tool's code runs inside the selected sandbox (a fact only true in there), and each
     record's versions name the sandbox image -- for docker down to its image id."""
     require_backend(backend)
-    from envhub.parsing import format_tool_call
     from envhub.policies import _ScriptedAgent
 
     code = "import os, socket; print(os.getuid(), socket.gethostname(), os.getcwd())"
@@ -229,3 +229,31 @@ def test_ctrl_c_stops_a_rollout_promptly_and_keeps_what_finished(tmp_path):
     assert time.monotonic() - interrupted < 15  # the other ~5000 episodes were not run first
     done = [json.loads(line) for line in path.read_text().splitlines()]
     assert 5 <= len(done) < 5000 and all(r["outcome"] == "success" for r in done)
+
+
+@pytest.mark.parametrize("backend", backend_params("docker", "bwrap"))
+def test_a_sandbox_that_dies_mid_episode_is_env_error_not_the_agents_failure(backend):
+    """The container (or bwrap process) is killed between two tool calls: that episode ends as
+    env_error -- infrastructure, left out of the loss -- and the next episode runs normally."""
+    require_backend(backend)
+    env = envhub.make(ENV, sandbox=backend)
+    task = env.tasks.get(env.tasks.task_ids("train")[0])
+    env.reset(task_id=task.task_id)
+    obs = env.step(format_tool_call("python", {"code": "print(6 * 7)"}))
+    assert "42" in obs.messages[-1].content
+    lease = env.episode.sandbox
+    if backend == "docker":
+        from envhub.sandboxes.dockerapi import docker_client
+
+        docker_client().api.kill(lease.container_id)
+    else:
+        os.kill(lease.sandbox._proc.pid, signal.SIGKILL)
+    for _ in range(50):  # the death is noticed at the next call
+        obs = env.step(format_tool_call("python", {"code": "print(1)"}))
+        if obs.done:
+            break
+        time.sleep(0.05)
+    assert obs.done and obs.outcome is Outcome.ENV_ERROR, obs
+    verdict = env.play(task.task_id, env.gold_actions)
+    assert verdict.outcome is Outcome.SUCCESS
+    env.close()
