@@ -10,7 +10,7 @@ from sandbox_fixtures import require_backend
 import envhub
 from envhub.parsing import format_tool_call
 from envhub.tasks.code_repair.attacks import PATCH_RUNNER_INDIRECT, inject
-from envhub.tasks.code_repair.workspace import agent_files, project_sources, project_tests
+from envhub.tasks.code_repair.workspace import agent_files, project_sources, project_tests, visible_test_ids
 from envhub.verifiers.pytest_grader import run_hidden_tests
 from envhub.verifiers.suite import NotApplicable, run_suite
 
@@ -312,3 +312,36 @@ def test_no_silent_fallback_to_the_unisolated_process_backend(monkeypatch, sampl
     obs = named.step(format_tool_call("list_files", {"path": "."}))
     assert not obs.done and "src/" in obs.messages[-1].content
     named.close()
+
+
+def _visible_instances(env):
+    return [i for i in env.tasks.manifest.instances if visible_test_ids(i)]
+
+
+def test_visible_tests_keep_only_what_they_use(env):
+    """A constant or helper that only hidden tests use would show the agent their data."""
+    import ast
+
+    for inst in _visible_instances(env):
+        for path, text in agent_files(inst).items():
+            if not path.startswith("tests/"):
+                continue
+            tree = ast.parse(text)
+            used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            used |= {a.arg for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for a in f.args.args}
+            for node in tree.body:
+                names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+                if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith(("test", "Test")):
+                    names.append(node.name)
+                for name in names:
+                    assert name in used or name == "pytestmark", (inst.instance_id, path, name)
+
+
+def test_visible_tests_pass_on_the_original_code(env):
+    """Pruning never breaks a visible test: each passes against the unbroken project."""
+    for inst in _visible_instances(env):
+        visible = {p: t for p, t in agent_files(inst).items() if p.startswith("tests/")}
+        with env.grading_sandbox() as sb:
+            result = run_hidden_tests(sb, files=project_sources(inst.project), tests=visible,
+                                      expected=visible_test_ids(inst))
+        assert result.all_passed, (inst.instance_id, result.failed, result.missing, result.output_tail)

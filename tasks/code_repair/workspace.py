@@ -60,16 +60,19 @@ def agent_files(instance: Instance) -> dict[str, str]:
 
 
 def prune_tests(source: str, keep: set[str]) -> str:
-    """Keep imports, helpers and fixtures, and only the test functions / methods named in ``keep``.
+    """Keep the test functions / methods named in ``keep``, and of the rest of the module only
+    imports and what the kept tests need (helpers, fixtures, constants, transitively): a constant
+    that only hidden tests use would show the agent their data.
 
     ``keep`` holds node-id tails: ``test_name`` or ``TestClass::test_name``.
     """
     tree = parse_python(source)
-    body: list[ast.stmt] = []
+    kept: list[ast.stmt] = []
+    optional: list[ast.stmt] = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
             if node.name in keep:
-                body.append(node)
+                kept.append(node)
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
             methods = [
                 m for m in node.body
@@ -79,9 +82,49 @@ def prune_tests(source: str, keep: set[str]) -> str:
             if any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name.startswith("test")
                    for m in methods):
                 node.body = methods
-                body.append(node)
+                kept.append(node)
+        elif _defines(node) and not _always_kept(node):
+            optional.append(node)
         else:
-            body.append(node)
-    tree.body = body
+            kept.append(node)
+    needed = set().union(*(_uses(n) for n in kept)) if kept else set()
+    chosen: list[ast.stmt] = []
+    grew = True
+    while grew:  # what the kept code uses, and what that uses in turn
+        grew = False
+        for node in optional:
+            if node not in chosen and _defines(node) & needed:
+                chosen.append(node)
+                needed |= _uses(node)
+                grew = True
+    tree.body = [n for n in tree.body if n in kept or n in chosen]
     header = '"""Visible tests for this task. The grader runs a larger hidden suite."""\n\n'
     return header + ast.unparse(tree) + "\n"
+
+
+def _defines(node: ast.stmt) -> set[str]:
+    """Module-level names a helper, fixture or constant binds (imports are always kept)."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _always_kept(node: ast.stmt) -> bool:
+    """``pytestmark`` and autouse fixtures apply without being named."""
+    if "pytestmark" in _defines(node):
+        return True
+    decorators = getattr(node, "decorator_list", [])
+    return any(isinstance(k, ast.keyword) and k.arg == "autouse" for d in decorators if isinstance(d, ast.Call)
+               for k in d.keywords)
+
+
+def _uses(node: ast.AST) -> set[str]:
+    """Names ``node`` reads, including the fixtures its functions ask for by parameter name."""
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    for fn in ast.walk(node):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            names |= {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+    return names
