@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import random
 import threading
 import time
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from envhub.errors import EpisodeFinishedError, InfraError, ToolError
-from envhub.parsing import MAX_ARGUMENT_DEPTH, PARSERS, ToolCallParser, sanitize_text, sanitize_value
+from envhub.parsing import PARSERS, ToolCallParser, clean_call, sanitize_text
 from envhub.tools import ToolArgumentError, ToolDef, collect_tools
 from envhub.types import (
     Action,
@@ -135,7 +134,9 @@ class Env:
         if isinstance(parser, str) and parser not in PARSERS:
             raise ValueError(f"unknown tool-call parser {parser!r}; choose one of {', '.join(PARSERS)}")
         self.parser: ToolCallParser = PARSERS[parser]() if isinstance(parser, str) else parser
-        _check_sandbox_backend(sandbox)
+        from envhub.sandboxes import requested_backend  # lazily: core imports no other part at load
+
+        requested_backend(sandbox)  # an unknown name fails here, not in every episode
         if isinstance(sandbox_pool, bool) or not isinstance(sandbox_pool, int) or sandbox_pool < 0:
             raise TypeError(f"sandbox_pool must be a non-negative integer, got {sandbox_pool!r}")
         self.sandbox_backend = sandbox
@@ -344,7 +345,13 @@ class Env:
 
     def _new_sandbox(self, role: str = "agent") -> Sandbox:
         """A pristine sandbox: a reset one from the process-wide warm pool of its role, or a cold one."""
-        from envhub.sandboxes import SandboxSpec, create_sandbox, select_backend, shared_pool  # lazily
+        from envhub.sandboxes import (  # lazily
+            SandboxSpec,
+            create_sandbox,
+            requested_backend,
+            select_backend,
+            shared_pool,
+        )
 
         spec = dataclasses.replace(self.sandbox_spec or SandboxSpec(), role=role,
                                    preload=self.grading_preload if role == "grading" else ())
@@ -352,9 +359,7 @@ class Env:
             backend = select_backend(self.sandbox_backend)
         except Exception as exc:
             raise InfraError(f"could not start a sandbox: {exc}") from exc
-        asked = self.sandbox_backend if self.sandbox_backend not in (None, "", "auto") else \
-            os.environ.get("ENVHUB_SANDBOX", "auto")
-        if backend == "process" and self.needs_isolation and asked != "process":
+        if backend == "process" and self.needs_isolation and requested_backend(self.sandbox_backend) != "process":
             raise InfraError(f"{self.env_id or type(self).__name__} runs agent code next to its hidden tests and no "
                              "isolating sandbox (docker, bwrap) works here; `envhub sandbox doctor` says how to "
                              "fix that, or pass --sandbox process to run it without isolation anyway")
@@ -553,21 +558,6 @@ def _check_budget(budget: Any, default: Budget) -> Budget:
     return budget
 
 
-def _check_sandbox_backend(sandbox: Any) -> None:
-    """Fail when the env is made, not in every episode, on a sandbox backend name that cannot work."""
-    from envhub.sandboxes.base import BACKENDS  # lazily: core imports no other part at module level
-
-    if sandbox in (None, "", "auto"):
-        import os
-
-        chosen = os.environ.get("ENVHUB_SANDBOX", "auto") or "auto"
-        if chosen != "auto" and chosen not in BACKENDS:
-            raise ValueError(f"ENVHUB_SANDBOX={chosen!r} is not a sandbox backend; choose auto, {', '.join(BACKENDS)}")
-        return
-    if not isinstance(sandbox, str) or sandbox not in BACKENDS:
-        raise ValueError(f"unknown sandbox backend {sandbox!r}; choose auto, {', '.join(BACKENDS)}")
-
-
 def _close_quietly(sandbox: Sandbox) -> None:
     with contextlib.suppress(Exception):  # best effort; `envhub sandbox prune` removes leftovers
         sandbox.close()
@@ -588,15 +578,11 @@ def _coerce_action(action: str | Action | dict[str, Any]) -> Action:
 
 
 def _sanitize_calls(calls: list[ToolCall]) -> tuple[list[ToolCall], str | None]:
-    """Structured calls with lone surrogates replaced; too deeply nested ones are dropped, with why."""
+    """Structured calls cleaned as parsed ones are; a too deeply nested one drops them all, with why."""
     clean: list[ToolCall] = []
     for call in calls:
         try:
-            arguments = sanitize_value(call.arguments, max_depth=MAX_ARGUMENT_DEPTH)
+            clean.append(clean_call(call))
         except ValueError as exc:
             return [], f"malformed tool call `{sanitize_text(call.name)}`: {exc}"
-        clean.append(call.model_copy(update={
-            "name": sanitize_text(call.name), "arguments": arguments,
-            "id": sanitize_text(call.id) if call.id is not None else None,
-        }))
     return clean, None

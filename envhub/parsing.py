@@ -60,6 +60,16 @@ def sanitize_value(value: Any, max_depth: int | None = None) -> Any:
     return root[0]
 
 
+def clean_call(call: ToolCall) -> ToolCall:
+    """``call`` with lone surrogates replaced everywhere; ValueError if its arguments nest deeper
+    than :data:`MAX_ARGUMENT_DEPTH` (such a call cannot be stored as a record)."""
+    return call.model_copy(update={
+        "name": sanitize_text(call.name),
+        "arguments": sanitize_value(call.arguments, max_depth=MAX_ARGUMENT_DEPTH),
+        "id": sanitize_text(call.id) if call.id is not None else None,
+    })
+
+
 @dataclass
 class ParseResult:
     calls: list[ToolCall] = field(default_factory=list)
@@ -86,12 +96,11 @@ def _call_from_obj(obj: Any) -> ToolCall:
             raise ValueError(f'"arguments" of `{name}` is a string of JSON nested too deeply') from None
     if not isinstance(args, dict):
         raise ValueError(f'"arguments" of `{name}` must be a JSON object, got {type(args).__name__}')
-    name, args = sanitize_text(name), sanitize_value(args, max_depth=MAX_ARGUMENT_DEPTH)
     unknown = set(obj) - {"name", "arguments", "parameters", "id"}
     if unknown:
         raise ValueError(f"unexpected keys in tool call: {sorted(unknown)}")
     call_id = obj.get("id")
-    return ToolCall(name=name, arguments=args, id=sanitize_text(call_id) if isinstance(call_id, str) else None)
+    return clean_call(ToolCall(name=name, arguments=args, id=call_id if isinstance(call_id, str) else None))
 
 
 def _loads(blob: str) -> Any:

@@ -221,16 +221,11 @@ def run_rollouts(
         return local.env
 
     def job(plan: EpisodePlan) -> TrajectoryRecord:
-        t = time.monotonic()
         try:
             env = worker_env()
         except Exception as exc:
             return _failed_record(probe, plan, policy_info, _crash_detail(exc, "env construction failed"), 0.0)
-        try:
-            return run_episode(env, policy, plan, policy_info)
-        except Exception as exc:  # run_episode never raises, but a run must survive even if it did
-            return _failed_record(env, plan, policy_info, _crash_detail(exc, "episode crashed"),
-                                  time.monotonic() - t, env_id)
+        return run_episode(env, policy, plan, policy_info)  # never raises
 
     def keep(plan: EpisodePlan, record: TrajectoryRecord) -> None:
         """Tell ``on_episode``, then store the record. Whatever fails here fails this episode only:
@@ -253,13 +248,7 @@ def run_rollouts(
             futures = {pool.submit(job, p): p for p in todo}
             try:
                 for fut in as_completed(futures):
-                    plan = futures[fut]
-                    try:
-                        record = fut.result()
-                    except Exception as exc:  # job() guards itself; this is the last line of defence
-                        record = _failed_record(probe, plan, policy_info, _crash_detail(exc, "episode crashed"),
-                                                0.0, env_id)
-                    keep(plan, record)
+                    keep(futures[fut], fut.result())
             except KeyboardInterrupt:  # Ctrl-C: what finished is on disk; the queue is dropped, not run
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise

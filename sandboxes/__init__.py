@@ -23,7 +23,7 @@ from envhub.sandboxes.cleanup import close_all
 from envhub.sandboxes.factory import create_sandbox, new_sandbox
 from envhub.sandboxes.images import base_image_tag, build_base_image, build_family_image
 from envhub.sandboxes.pool import PooledSandbox, SandboxPool, shared_pool
-from envhub.sandboxes.selection import doctor, select_backend
+from envhub.sandboxes.selection import doctor, requested_backend, select_backend
 
 
 def prune(all_owners: bool = False) -> int:
@@ -52,6 +52,7 @@ __all__ = [
     "doctor",
     "new_sandbox",
     "prune",
+    "requested_backend",
     "select_backend",
     "shared_pool",
     "workdir_path",

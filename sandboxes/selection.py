@@ -108,14 +108,27 @@ def doctor() -> list[BackendStatus]:
     return [probe_docker(full=True), probe_bwrap(), probe_process()]
 
 
-def select_backend(preferred: str = "auto") -> str:
-    """The backend to use: ``preferred`` if it names one, else the best that works here."""
-    global _auto_choice
-    if preferred in (None, "", "auto"):
-        preferred = os.environ.get("ENVHUB_SANDBOX", "auto") or "auto"
-    if preferred != "auto":
-        if preferred not in BACKENDS:
+def requested_backend(preferred: str | None = "auto") -> str:
+    """The backend asked for by name -- ``preferred``, else ``ENVHUB_SANDBOX`` -- or ``auto``.
+
+    Raises ValueError for a name that is no backend (nothing is probed here).
+    """
+    if preferred not in (None, "", "auto"):
+        if not isinstance(preferred, str) or preferred not in BACKENDS:
             raise ValueError(f"unknown sandbox backend {preferred!r}; choose auto, {', '.join(BACKENDS)}")
+        return preferred
+    chosen = os.environ.get("ENVHUB_SANDBOX", "auto") or "auto"
+    if chosen != "auto" and chosen not in BACKENDS:
+        raise ValueError(f"ENVHUB_SANDBOX={chosen!r} is not a sandbox backend; choose auto, {', '.join(BACKENDS)}")
+    return chosen
+
+
+def select_backend(preferred: str = "auto") -> str:
+    """The backend to use: the one asked for by name (:func:`requested_backend`), else the best
+    that works here."""
+    global _auto_choice
+    preferred = requested_backend(preferred)
+    if preferred != "auto":
         return preferred
     with _auto_lock:
         if _auto_choice is None:

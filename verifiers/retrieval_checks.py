@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from envhub.types import Task
+from envhub.verifiers.checks import numbers_close
 from envhub.verifiers.layered import Graded, ScoreCheck
 
 _MISSING = object()
@@ -54,14 +55,10 @@ def literals_equal(got: Any, gold: Any) -> bool:
 
 
 def _numbers_close(got: int | float, gold: int | float, rel_tol: float = 1e-12) -> bool:
-    """``math.isclose`` with a relative tolerance, also for integers too large for a float."""
-    try:
-        return math.isclose(got, gold, rel_tol=rel_tol, abs_tol=0.0)
-    except OverflowError:  # an int beyond float range (e.g. 401 digits): compare exactly
-        if any(isinstance(v, float) and not math.isfinite(v) for v in (got, gold)):
-            return False  # a finite integer is never inf (nor nan)
-        a, b = Fraction(got), Fraction(gold)
-        return abs(a - b) <= Fraction(rel_tol) * max(abs(a), abs(b))
+    """``math.isclose`` with a relative tolerance, exactly: an integer too large for a float is fine."""
+    if any(isinstance(v, float) and not math.isfinite(v) for v in (got, gold)):
+        return got == gold  # inf equals only itself; nan nothing
+    return numbers_close(Fraction(got), Fraction(gold), rel_tol, 0.0)
 
 
 @dataclass

@@ -32,7 +32,6 @@ class Problem:
     #: how the verifier compares: "integer", "number" (with tolerance), "fraction", "word", "sequence"
     answer_type: str
     solver: str
-    abs_tol: float = 0.0
     #: for a "number" answer, the unrounded value that the verifier's tolerance is measured from
     #: (the exact result, or the float the solver computes); None for exact answer types
     exact: str | None = None
