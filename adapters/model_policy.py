@@ -15,7 +15,8 @@ the env parses tool calls from it.
 
 ``context_overflow``: before a turn, if the record plus the env's reply plus ``max_new_tokens``
 would not fit ``max_context``, :class:`~envhub.errors.ContextOverflowError` is raised (and the reply
-is not appended), so every recorded sequence fits the model.
+is not appended), so every recorded sequence fits the model. With ``fit_turns`` a turn instead
+samples at most what is left (a trainer's fixed response budget); only no room at all overflows.
 """
 
 from __future__ import annotations
@@ -55,18 +56,18 @@ class ModelAgent:
     def act(self, observation: Observation) -> PolicyOutput:
         policy = self.policy
         params = policy.params
+        reply = policy.encode(policy.format.observation_text(observation.messages, closed=self._closed)) \
+            if self._turns else []
+        room = policy.max_context - self.length - len(reply)
+        if policy.fit_turns and 0 < room < params.max_new_tokens:
+            params = params.with_(max_new_tokens=room)
+        if params.max_new_tokens > room:
+            raise ContextOverflowError(
+                f"turn {self._turns}: {self.length} tokens so far + {len(reply)} for the env's reply + "
+                f"{params.max_new_tokens} to generate > max_context {policy.max_context}")
         if self._turns:
-            reply = policy.encode(policy.format.observation_text(observation.messages, closed=self._closed))
-            needed = self.length + len(reply) + params.max_new_tokens
-            if needed > policy.max_context:
-                raise ContextOverflowError(
-                    f"turn {self._turns}: {self.length} tokens so far + {len(reply)} for the env's reply + "
-                    f"{params.max_new_tokens} to generate > max_context {policy.max_context}")
             self._append(reply, mask=0)
             self._observation_ids[-1] = reply
-        elif self.length + params.max_new_tokens > policy.max_context:
-            raise ContextOverflowError(f"the prompt ({self.length} tokens) + {params.max_new_tokens} to generate "
-                                       f"> max_context {policy.max_context}")
         if params.seed is None and params.temperature > 0:
             params = params.with_(seed=(self.seed * 1_000_003 + self._turns) % (1 << 63))
         try:
@@ -126,13 +127,16 @@ class ModelPolicy:
 
     def __init__(self, engine: Engine, tokenizer: Any, *, params: SamplingParams = DEFAULT_SAMPLING,
                  max_context: int | None = None, name: str | None = None, model_id: str | None = None,
-                 tokenizer_id: str | None = None, chat_format: ChatFormat | None = None) -> None:
+                 tokenizer_id: str | None = None, chat_format: ChatFormat | None = None,
+                 fit_turns: bool = False) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.format = chat_format or chat_format_for(tokenizer)
         self.end_id = self.format.end_token_id(tokenizer)
         self.params = params.with_(stop_token_ids=tuple(dict.fromkeys((*params.stop_token_ids, self.end_id))))
         self.max_context = min(max_context or engine.max_context, engine.max_context)
+        #: shrink a turn's ``max_new_tokens`` to the room left instead of overflowing early
+        self.fit_turns = fit_turns
         self.name = name or f"{engine.name}:{model_id or '?'}"
         self.model_id = model_id
         self.tokenizer_id = tokenizer_id

@@ -38,7 +38,6 @@ from envhub.adapters.export.common import envhub_metadata, trainable_mask
 from envhub.adapters.export.verl import verl_num_turns
 from envhub.adapters.model_policy import ModelAgent, ModelPolicy
 from envhub.errors import EngineError
-from envhub.policies import PolicyOutput
 from envhub.types import Observation, TrajectoryRecord
 
 
@@ -115,38 +114,17 @@ class PromptTooLongError(ValueError):
     """The rendered prompt does not fit ``rollout.prompt_length``."""
 
 
-class _BoundedAgent(ModelAgent):
-    """A :class:`ModelAgent` whose turns sample at most what is left of the response budget.
-
-    The env's reply is appended before the next turn, so the room for that turn is the policy's
-    ``max_context`` minus the record so far minus the reply; with no room left, the plain agent's
-    check raises :class:`~envhub.errors.ContextOverflowError` (the episode ends as
-    ``context_overflow``).
-    """
-
-    policy: _BoundedPolicy
-
-    def act(self, observation: Observation) -> PolicyOutput:
-        policy = self.policy
-        room = policy.max_context - self.length
-        if self._turns:
-            room -= len(policy.encode(policy.format.observation_text(observation.messages, closed=self._closed)))
-        cap = policy.turn_params.max_new_tokens
-        policy.params = policy.turn_params.with_(max_new_tokens=min(cap, room) if room > 0 else cap)
-        return super().act(observation)
-
-
 class _BoundedPolicy(ModelPolicy):
-    """One episode's policy: its context is the prompt plus ``response_length``, set at start."""
+    """One episode's policy: its context is the prompt plus ``response_length``, set at start, and
+    each turn samples at most what is left of it (``fit_turns``)."""
 
     def __init__(self, *args: Any, prompt_length: int, response_length: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, fit_turns=True, **kwargs)
         self.prompt_length, self.response_length = prompt_length, response_length
-        self.turn_params = self.params
         self.rejected: str | None = None
 
-    def start(self, env: Any, observation: Observation, *, seed: int) -> _BoundedAgent:
-        agent = _BoundedAgent(self, observation, seed)
+    def start(self, env: Any, observation: Observation, *, seed: int) -> ModelAgent:
+        agent = ModelAgent(self, observation, seed)
         n = len(agent.prompt_ids)
         if n > self.prompt_length:
             self.rejected = (f"task {env.episode.task.task_id if env.episode else '?'}: the rendered prompt has "
