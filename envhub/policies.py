@@ -68,6 +68,21 @@ class _ScriptedAgent:
         return []
 
 
+class ScriptedPolicy:
+    """Says the same turns in every episode (then an empty answer): for tests and for replaying a
+    fixed action sequence against an env."""
+
+    def __init__(self, turns: list[str], name: str = "script") -> None:
+        self.turns = list(turns)
+        self.name = name
+
+    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
+        return _ScriptedAgent(self.turns)
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": f"scripted:{self.name}", "sampling_params": {}}
+
+
 class GoldPolicy:
     """Replays the family's reference solution: the upper bound every verifier must accept."""
 

@@ -17,7 +17,7 @@ import pytest
 import envhub
 from envhub.env import Budget
 from envhub.parsing import DefaultParser, JsonParser, format_tool_call
-from envhub.policies import GoldPolicy, PolicyOutput
+from envhub.policies import GoldPolicy, ScriptedPolicy
 from envhub.rollout import run_rollouts
 from envhub.store import JsonlStore, read_jsonl, write_json_atomic, write_text_atomic
 from envhub.tasks.computation.env import AnswerTypeMatch, ComputationTasks, computation_attacks
@@ -42,35 +42,6 @@ def env():
 @pytest.fixture(scope="module")
 def tasks():
     return ComputationTasks()
-
-
-class _ScriptAgent:
-    def __init__(self, turns):
-        self.turns = list(turns)
-
-    def act(self, obs):
-        return PolicyOutput(text=self.turns.pop(0) if self.turns else format_tool_call("answer", {"answer": ""}))
-
-    def token_view(self):
-        return None
-
-    def observation_ids(self):
-        return []
-
-
-class _Script:
-    """A policy that says the same turns in every episode."""
-
-    name = "script"
-
-    def __init__(self, turns):
-        self.turns = turns
-
-    def describe(self):
-        return {}
-
-    def start(self, env, obs, *, seed):
-        return _ScriptAgent(self.turns)
 
 
 # ---- 1. lone surrogates -------------------------------------------------------------------------
@@ -103,7 +74,7 @@ def test_surrogate_in_a_structured_call_is_replaced(env):
 
 
 def test_a_rollout_whose_policy_sends_a_lone_surrogate_completes_with_a_policy_outcome(tmp_path):
-    result = run_rollouts(ENV, _Script([SURROGATE_CODE, SURROGATE_ANSWER]), out_dir=tmp_path, episodes=4,
+    result = run_rollouts(ENV, ScriptedPolicy([SURROGATE_CODE, SURROGATE_ANSWER]), out_dir=tmp_path, episodes=4,
                           concurrency=2)
     records = list(read_jsonl(result.trajectories))
     assert len(records) == 4

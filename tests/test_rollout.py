@@ -11,7 +11,7 @@ from sandbox_fixtures import backend_params, require_backend
 
 import envhub
 from envhub.parsing import format_tool_call
-from envhub.policies import GoldPolicy, make_policy
+from envhub.policies import GoldPolicy, ScriptedPolicy, make_policy
 from envhub.rollout import plan_episodes, run_episode, run_rollouts
 from envhub.store import JsonlStore, read_jsonl
 from envhub.types import Outcome, TrajectoryRecord
@@ -45,21 +45,10 @@ def test_the_python_tool_runs_in_the_chosen_sandbox_and_the_record_names_it(tmp_
     """The tool's code runs inside the selected sandbox (a fact only true in there), and each
     record's versions name the sandbox image -- for docker down to its image id."""
     require_backend(backend)
-    from envhub.policies import _ScriptedAgent
-
     code = "import os, socket; print(os.getuid(), socket.gethostname(), os.getcwd())"
-
-    class WhoAmI:
-        name = "whoami"
-
-        def describe(self):
-            return {}
-
-        def start(self, env, observation, *, seed):
-            return _ScriptedAgent([format_tool_call("python", {"code": code}),
-                                   format_tool_call("answer", {"answer": "0"})])
-
-    result = run_rollouts(ENV, WhoAmI(), out_dir=tmp_path, episodes=2, concurrency=1,
+    whoami = ScriptedPolicy([format_tool_call("python", {"code": code}), format_tool_call("answer", {"answer": "0"})],
+                            name="whoami")
+    result = run_rollouts(ENV, whoami, out_dir=tmp_path, episodes=2, concurrency=1,
                           env_kwargs={"sandbox": backend})
     assert result.report["by_class"]["infra_failure"] == 0
     for rec in (TrajectoryRecord.model_validate(r) for r in read_jsonl(tmp_path / "trajectories.jsonl")):

@@ -13,7 +13,7 @@ from envhub.parsing import format_tool_call
 from envhub.sandboxes.base import Limits, SandboxSpec
 from envhub.tools import tool
 from envhub.types import Action, Task, ToolCall
-from envhub.verifiers.suite import SuiteCase
+from envhub.verifiers.suite import SuiteCase, universal_cases
 
 from .manifest import DEFAULT_MANIFEST, Instance, Manifest, load_manifest
 from .verifier import CodeRepairVerifier
@@ -223,8 +223,7 @@ class CodeRepairEnv(Env):
             "gold_patch", "pass",
             lambda env, task: env.submission_actions(task, env.tasks.instance(task.task_id).patch),
             "the manifest's unified diff, applied the way `envhub verify --submissions` applies one")
-        cases = super().suite_cases()
-        return [*cases[:1], gold_patch, *cases[1:]]
+        return [*universal_cases(), gold_patch, *self.adversarial_cases()]
 
     def adversarial_cases(self) -> list[SuiteCase]:
         from .attacks import code_repair_attacks

@@ -46,7 +46,7 @@ def _literal_call(source: str) -> tuple[str, tuple[object, ...], tuple[tuple[str
         kwargs = tuple((k.arg, ast.literal_eval(k.value)) for k in node.keywords if k.arg is not None)
     except (SyntaxError, ValueError, TypeError):  # not literal arguments: a model could not hard-code it
         return None
-    if isinstance(node.args and node.args[-1], ast.Starred) or len(kwargs) != len(node.keywords):
+    if len(kwargs) != len(node.keywords):  # a ``**mapping`` (``*args`` already failed literal_eval)
         return None
     return node.func.id, args, kwargs
 
