@@ -242,18 +242,20 @@ def run_rollouts(
         store.append(data)
 
     t0 = time.monotonic()
-    with JsonlStore(path) as store:
-        todo = [p for p in plans if p.episode_id not in store.keys]
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            futures = {pool.submit(job, p): p for p in todo}
-            try:
-                for fut in as_completed(futures):
-                    keep(futures[fut], fut.result())
-            except KeyboardInterrupt:  # Ctrl-C: what finished is on disk; the queue is dropped, not run
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-    for env in envs:
-        env.close()
+    try:
+        with JsonlStore(path) as store:
+            todo = [p for p in plans if p.episode_id not in store.keys]
+            with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+                futures = {pool.submit(job, p): p for p in todo}
+                try:
+                    for fut in as_completed(futures):
+                        keep(futures[fut], fut.result())
+                except KeyboardInterrupt:  # Ctrl-C: what finished is on disk; the queue is dropped
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+    finally:  # the workers are done here (the pool's exit waits for the episodes in flight)
+        for env in envs:
+            env.close()
     wanted = {p.episode_id for p in plans}
     records = [r for r in read_jsonl(path) if r["episode_id"] in wanted]
     report = summarize(records, wall_seconds=time.monotonic() - t0)

@@ -9,6 +9,13 @@ transports carry the bytes:
 
 Any transport failure (EOF, timeout, garbage) marks the channel broken and raises
 :class:`SandboxError`: the sandbox itself is gone, which is ``env_error``, not the agent's doing.
+
+Closing is two-phase because another thread may be blocked in a call when the channel is closed
+(a signal's cleanup, an idle reaper): :meth:`Transport.interrupt` wakes that call and makes any
+further I/O fail, but keeps the file descriptors; they are released only once no call is in
+flight. Closing them under a blocked reader would free the fd numbers while it still uses them:
+the next socket the process opens (often a docker API connection) gets the same number, and the
+reader would then wait on -- or read from -- that unrelated connection.
 """
 
 from __future__ import annotations
@@ -38,11 +45,22 @@ class Transport(Protocol):
         """Some bytes of the executor's stdout; ``b""`` means EOF."""
         ...
 
-    def close(self) -> None: ...
+    def interrupt(self) -> None:
+        """Wake a blocked ``send``/``recv`` (it ends as EOF or an error) without freeing any fd.
+        Safe from any thread, and more than once."""
+        ...
+
+    def close(self) -> None:
+        """Release the fds. Only called while no ``send``/``recv`` runs; idempotent."""
+        ...
 
 
 class ExecutorTimeout(SandboxError):
     """The executor did not answer in time: it hung or its sandbox froze."""
+
+
+#: How long ``close`` waits for a woken call to let go of the channel before leaving the fds to it.
+CLOSE_WAIT_S = 5.0
 
 
 def _remaining(deadline: float) -> float:
@@ -53,30 +71,52 @@ def _remaining(deadline: float) -> float:
 
 
 class PipeTransport:
-    """Bytes over a child process's stdin/stdout pipes (it owns and closes both)."""
+    """Bytes over a child process's stdin/stdout pipes (it owns and closes both).
+
+    A pipe has no ``shutdown``, so :meth:`interrupt` writes to a wake-up pipe that every
+    ``select`` here also watches.
+    """
 
     def __init__(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
         self._files = (stdin, stdout)
         self._in = stdin.fileno()
         self._out = stdout.fileno()
+        self._wake_r, self._wake_w = os.pipe()
+        self._interrupted = False
+        self._closed = False
 
     def send(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
         while view:
-            _, writable, _ = select.select([], [self._in], [], _remaining(deadline))
+            readable, writable, _ = select.select([self._wake_r], [self._in], [], _remaining(deadline))
+            if readable or self._interrupted:
+                raise BrokenPipeError("the channel was closed")
             if writable:
                 view = view[os.write(self._in, view[:1 << 20]) :]
 
     def recv(self, deadline: float) -> bytes:
         while True:
-            readable, _, _ = select.select([self._out], [], [], _remaining(deadline))
+            readable, _, _ = select.select([self._out, self._wake_r], [], [], _remaining(deadline))
+            if self._wake_r in readable or self._interrupted:
+                return b""
             if readable:
                 return os.read(self._out, 1 << 20)
 
+    def interrupt(self) -> None:
+        self._interrupted = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         for stream in self._files:
             with contextlib.suppress(OSError):
                 stream.close()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class DockerAttachTransport:
@@ -118,6 +158,10 @@ class DockerAttachTransport:
                 return payload
             log.debug("executor stream %d: %r", stream, payload[:500])
 
+    def interrupt(self) -> None:
+        with contextlib.suppress(OSError):  # a blocked recv returns b"", a send fails with EPIPE
+            self._sock.shutdown(socket.SHUT_RDWR)
+
     def close(self) -> None:
         for closer in (lambda: self._sock.shutdown(socket.SHUT_RDWR), self._sock.close, self._keep.close):
             with contextlib.suppress(OSError):
@@ -138,30 +182,37 @@ class ExecutorChannel:
         self._buf = bytearray()
         self._next_id = 0
         self.broken: str | None = None
+        self._closing = False
 
     def call(self, op: str, wait: float, **fields: Any) -> dict[str, Any]:
         """Send one request and wait up to ``wait`` seconds for its reply."""
         with self._lock:
-            if self.broken:
-                raise SandboxError(f"sandbox is unusable: {self.broken}")
-            self._next_id += 1
-            request = {"id": self._next_id, "op": op, **fields}
-            deadline = time.monotonic() + wait
             try:
-                payload = json.dumps(request, separators=(",", ":")).encode()
-                self._transport.send(HEADER.pack(len(payload)) + payload, deadline)
-                reply = self._read_frame(deadline)
-            except SandboxError as exc:
-                self._break(str(exc))
-            except (OSError, ValueError) as exc:
-                self._break(f"lost the connection to the sandbox executor: {exc!r}")
-            if reply.get("id") != request["id"]:
-                self._break(f"protocol error: reply {reply.get('id')} to request {request['id']}")
+                if self.broken:
+                    raise SandboxError(f"sandbox is unusable: {self.broken}")
+                self._next_id += 1
+                request = {"id": self._next_id, "op": op, **fields}
+                deadline = time.monotonic() + wait
+                try:
+                    payload = json.dumps(request, separators=(",", ":")).encode()
+                    self._transport.send(HEADER.pack(len(payload)) + payload, deadline)
+                    reply = self._read_frame(deadline)
+                except SandboxError as exc:
+                    self._break(str(exc))
+                except (OSError, ValueError) as exc:
+                    self._break(f"lost the connection to the sandbox executor: {exc!r}")
+                if reply.get("id") != request["id"]:
+                    self._break(f"protocol error: reply {reply.get('id')} to request {request['id']}")
+            finally:
+                if self._closing:  # closed while this call was in flight: the fds are ours to free
+                    self._transport.close()
         if not reply.get("ok"):
             _raise_op_error(reply)
         return reply
 
     def _break(self, why: str) -> None:
+        if self._closing:
+            raise SandboxError(f"the sandbox was closed during the call ({why})")
         try:
             context = self._describe()
         except Exception as exc:  # describing must never mask the real failure
@@ -185,9 +236,19 @@ class ExecutorChannel:
             self._buf += chunk
 
     def close(self) -> None:
+        """Refuse new calls, wake one in flight, and free the fds once none is (see the module
+        docstring). Safe from any thread."""
         if not self.broken:
             self.broken = "closed"
-        self._transport.close()
+        self._closing = True
+        self._transport.interrupt()
+        # The woken call frees the fds itself on its way out; waiting here covers the moment a
+        # call is past that check but has not yet let go of the lock.
+        if self._lock.acquire(timeout=CLOSE_WAIT_S):
+            try:
+                self._transport.close()
+            finally:
+                self._lock.release()
 
 
 def _raise_op_error(reply: dict[str, Any]) -> None:

@@ -61,3 +61,24 @@ def test_dependency_arrows_hold():
                 elif target not in ALLOWED[part] and (rel, target) not in EXCEPTIONS:
                     violations.append(f"{rel}: {part} imports {module}")
     assert violations == []
+
+
+# Copied next to a project's tests and loaded by pytest as a plugin, one process per instance.
+STANDALONE = {"tasks/code_repair/issue_text.py"}
+
+
+def test_source_is_parsed_only_through_safe_ast():
+    """Concurrent ``ast.parse`` corrupts CPython 3.11's AST state ("AST constructor recursion
+    depth mismatch", seen once in 47,000 graded answers); verifiers run on worker threads, so
+    every parse goes through :mod:`envhub.safe_ast`'s lock."""
+    direct = []
+    for path in sorted(ROOT.glob("*/**/*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.split("/")[0] not in {"envhub", *PARTS} or "/projects/" in rel or rel in STANDALONE \
+                or rel == "envhub/safe_ast.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ast"
+                    and node.attr in {"parse", "literal_eval"}):
+                direct.append(f"{rel}:{node.lineno} ast.{node.attr}")
+    assert not direct, f"parse through envhub.safe_ast instead: {direct}"

@@ -437,3 +437,53 @@ def test_image_builds_are_serialized_across_threads_and_processes():
         order.append("second in")
     t.join()
     assert order == ["first in", "first out", "second in"]
+
+
+@pytest.mark.parametrize("transport", ["pipe", "socket"])
+def test_closing_a_channel_ends_the_call_in_flight_and_never_frees_its_fds_under_it(transport: str) -> None:
+    """A cleanup thread closes a channel while another thread waits for a reply that will never
+    come. The waiting call must end at once as "closed", and the fds it waits on must stay its
+    own until it has: fd numbers freed under a blocked reader go to the next file the process
+    opens, and the reader then waits on (or reads from) that unrelated file."""
+    import socket
+    import sys
+    import threading
+
+    from envhub.sandboxes.channel import DockerAttachTransport, ExecutorChannel, PipeTransport
+
+    # A real peer that reads every request and never answers.
+    peer = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    ours, theirs = socket.socketpair()
+    channel = ExecutorChannel(PipeTransport(peer.stdin, peer.stdout) if transport == "pipe"
+                              else DockerAttachTransport(ours))
+    outcome: dict[str, BaseException] = {}
+
+    def call() -> None:
+        try:
+            channel.call("ping", 60.0)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    try:
+        while caller.is_alive() and channel._lock.acquire(blocking=False):  # wait until it is blocked
+            channel._lock.release()
+        channel.close()
+        fresh = [os.pipe() for _ in range(8)]  # these would get the freed fd numbers
+        for _, w in fresh:
+            os.write(w, b"mine")
+        caller.join(10)
+        assert not caller.is_alive(), "the call in flight did not notice the close"
+        assert isinstance(outcome.get("error"), SandboxError) and "closed" in str(outcome["error"])
+        for r, w in fresh:
+            assert os.read(r, 16) == b"mine"
+            os.close(r)
+            os.close(w)
+        with pytest.raises(SandboxError, match="unusable: closed"):
+            channel.call("ping", 1.0)
+    finally:
+        peer.kill()
+        peer.wait()
+        theirs.close()

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import ast
 import sys
-import threading
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+from envhub import safe_ast
 
 IMPLICIT_FILES = {
     "conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.ini", "tox.ini", "setup.cfg",
@@ -96,20 +97,9 @@ def _module_name(path: str, roots: tuple[str, ...]) -> str:
     return rel.split("/", 1)[0].removesuffix(".py")
 
 
-# CPython 3.11's parser keeps AST-construction state that concurrent threads can corrupt
-# ("SystemError: AST constructor recursion depth mismatch"), so parses are serialized.
-_PARSE_LOCK = threading.Lock()
-
-
-def parse_python(source: str) -> ast.Module:
-    """``ast.parse``, safe to call from many threads at once."""
-    with _PARSE_LOCK:
-        return ast.parse(source)
-
-
 def _constructs(source: str) -> Counter[str]:
     found: Counter[str] = Counter()
-    tree = parse_python(source)
+    tree = safe_ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

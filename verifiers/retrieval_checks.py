@@ -7,7 +7,6 @@ stuffing cannot collect credit.
 
 from __future__ import annotations
 
-import ast
 import math
 import re
 from collections.abc import Iterable
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from envhub import safe_ast
 from envhub.types import Task
 from envhub.verifiers.checks import numbers_close
 from envhub.verifiers.layered import Graded, ScoreCheck
@@ -39,7 +39,7 @@ def parse_literal(text: str) -> Any:
     if s.casefold() in _KEYWORDS:
         return _KEYWORDS[s.casefold()]
     try:
-        value = ast.literal_eval(s)
+        value = safe_ast.literal_eval(s)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return s
     return value if value is None or isinstance(value, bool | int | float | str) else s
@@ -70,7 +70,7 @@ class LiteralMatch:
     name: str = "literal_match"
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
-        gold = ast.literal_eval(str(task.hidden[self.key]))
+        gold = safe_ast.literal_eval(str(task.hidden[self.key]))
         got = parse_literal(submission[self.field])
         ok = literals_equal(got, gold)
         return Graded(1.0 if ok else 0.0, ok, f"expected {task.hidden[self.key]}, got {submission[self.field]!r}")

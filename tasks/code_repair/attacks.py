@@ -11,6 +11,7 @@ import ast
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from envhub import safe_ast
 from envhub.parsing import format_tool_call
 from envhub.types import Action, Task
 from envhub.verifiers.suite import NotApplicable, SuiteCase
@@ -64,7 +65,7 @@ def _module(env: CodeRepairEnv, task: Task) -> tuple[str, str]:
 def inject(code: str, module: str) -> str:
     """``module`` with ``code`` run first: after its docstring and ``__future__`` imports, which
     must stay on top, so that the attack compiles and really runs when the module is imported."""
-    tree = ast.parse(module)
+    tree = safe_ast.parse(module)
     line = 0
     for i, node in enumerate(tree.body):
         docstring = i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)

@@ -18,7 +18,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from envhub.verifiers.integrity import parse_python
+from envhub import safe_ast
 
 _ITEM = r"^(?:\d+\. )?"
 _RETURNS = re.compile(_ITEM + r"(?:Calling )?`([^`]+)` (?:returns|gives) `[^`]*`"
@@ -39,11 +39,11 @@ class Example:
 
 def _literal_call(source: str) -> tuple[str, tuple[object, ...], tuple[tuple[str, object], ...]] | None:
     try:
-        node = ast.parse(source, mode="eval").body
+        node = safe_ast.parse(source, mode="eval").body
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             return None
-        args = tuple(ast.literal_eval(a) for a in node.args)
-        kwargs = tuple((k.arg, ast.literal_eval(k.value)) for k in node.keywords if k.arg is not None)
+        args = tuple(safe_ast.literal_eval(a) for a in node.args)
+        kwargs = tuple((k.arg, safe_ast.literal_eval(k.value)) for k in node.keywords if k.arg is not None)
     except (SyntaxError, ValueError, TypeError):  # not literal arguments: a model could not hard-code it
         return None
     if len(kwargs) != len(node.keywords):  # a ``**mapping`` (``*args`` already failed literal_eval)
@@ -59,7 +59,7 @@ def issue_examples(issue_text: str) -> list[Example]:
         if m := _RETURNS.match(line):
             call, expected = m.group(1), m.group(2) or m.group(3)
             try:
-                ast.parse(expected, mode="eval")
+                safe_ast.parse(expected, mode="eval")
             except SyntaxError:
                 continue
             outcome = {"expected": expected}
@@ -75,7 +75,7 @@ def issue_examples(issue_text: str) -> list[Example]:
 
 def _defined_at_module_level(source: str) -> set[str]:
     try:
-        tree = parse_python(source)
+        tree = safe_ast.parse(source)
     except SyntaxError:
         return set()
     return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from envhub import safe_ast
+
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -667,7 +669,7 @@ class EarlyReturn(Operator):
         stmt: ast.stmt = site.node
         value = self.default_for(func)
         text = f"return {value}".rstrip()
-        func.body.insert(site.variant, ast.parse(text).body[0])
+        func.body.insert(site.variant, safe_ast.parse(text).body[0])
         indent = _indent_of(src, stmt.lineno)
         ok = src.line(stmt.lineno)[: stmt.col_offset].strip() == ""
         edit = [Edit((stmt.lineno, 0), (stmt.lineno, 0), f"{indent}{text}\n")] if ok else []
@@ -730,7 +732,7 @@ class MutationResult:
 
 def enumerate_sites(source: str, file: str, operators: Sequence[str] | None = None) -> list[SiteRef]:
     """Every candidate site of every operator in every function, in a fixed order."""
-    tree = ast.parse(source)
+    tree = safe_ast.parse(source)
     names = list(operators or OPERATORS)
     return [
         SiteRef(file, qualname, name, i)
@@ -753,7 +755,7 @@ def apply_site(source: str, ref: SiteRef) -> tuple[str, str]:
     Raises ``MutationError`` when the site is gone, the text edit would not reproduce the mutated
     tree exactly, or the mutation changes nothing.
     """
-    tree = ast.parse(source)
+    tree = safe_ast.parse(source)
     original = normalized(source)
     func = _find_function(tree, ref.function)
     sites = OPERATORS[ref.operator].sites(func)
@@ -795,4 +797,4 @@ def apply_mutations(read: Callable[[str], str], refs: Sequence[SiteRef]) -> Muta
 
 def normalized(source: str) -> str:
     """Formatting-independent identity of a module, used to drop duplicate mutants."""
-    return ast.dump(ast.parse(source))
+    return ast.dump(safe_ast.parse(source))

@@ -11,7 +11,7 @@ import ast
 from functools import lru_cache
 from pathlib import Path
 
-from envhub.verifiers.integrity import parse_python
+from envhub import safe_ast
 
 from .manifest import PROJECTS_DIR, Instance
 
@@ -66,7 +66,7 @@ def prune_tests(source: str, keep: set[str]) -> str:
 
     ``keep`` holds node-id tails: ``test_name`` or ``TestClass::test_name``.
     """
-    tree = parse_python(source)
+    tree = safe_ast.parse(source)
     kept: list[ast.stmt] = []
     optional: list[ast.stmt] = []
     for node in tree.body:

@@ -29,12 +29,13 @@ spans packages in different splits is dropped. Ids are derived from content
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
+
+from envhub import safe_ast
 
 SPLIT_SALT = "envhub-retrieval-split-v1"
 QUESTION_TYPES = ("default", "exception", "module", "multihop", "paramset", "set")
@@ -67,7 +68,7 @@ def plain_literal(shown: str | None) -> Any:
     if shown is None:
         return ...
     try:
-        value = ast.literal_eval(shown)
+        value = safe_ast.literal_eval(shown)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return ...
     if value is None or isinstance(value, bool):
