@@ -4,6 +4,8 @@ CPython 3.11 keeps the recursion bookkeeping of its AST conversion in interprete
 two threads parsing at the same time can corrupt it ("SystemError: AST constructor recursion
 depth mismatch"). Verifiers grade episodes on worker threads, so every parse that can run there
 goes through one lock (``literal_eval`` of a string parses too).
+
+Standard library only: Harbor task exports copy this file next to ``integrity.py``.
 """
 
 from __future__ import annotations

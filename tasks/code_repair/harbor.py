@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from envhub import safe_ast
 from envhub.verifiers import integrity
 from envhub.verifiers.pytest_grader import grading_bootstrap
 
@@ -83,6 +84,7 @@ def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str)
             path.write_text(text)
         shutil.copy(HERE / "harbor_grade.py", tests / "grade.py")
         shutil.copy(VERIFIERS / "integrity.py", tests / "integrity.py")
+        shutil.copy(safe_ast.__file__, tests / "safe_ast.py")  # integrity.py parses through it
         shutil.copy(VERIFIERS / "pytest_report_plugin.py", tests / "envhub_report.py")
         (tests / "expected.json").write_text(json.dumps({"expected": inst.expected_tests, "given": given,
                                                          "bootstrap": grading_bootstrap()}))

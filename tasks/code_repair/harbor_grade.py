@@ -3,8 +3,8 @@
 Harbor uploads ``tests/`` to ``/tests`` only after the agent has finished, so the hidden tests are
 never in the agent's container. This script repeats envhub's verifier with the standard library
 alone: integrity checks against the files the agent was given (``integrity.py``, copied from
-``envhub.verifiers.integrity``), then the hidden tests in a fresh directory with our report plugin,
-and writes the reward to /logs/verifier/reward.txt.
+``envhub.verifiers.integrity`` with the ``safe_ast.py`` it imports), then the hidden tests in a
+fresh directory with our report plugin, and writes the reward to /logs/verifier/reward.txt.
 """
 
 import json
