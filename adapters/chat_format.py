@@ -203,6 +203,10 @@ class SegmentEncoder:
         assert self._backend is not None
         return tuple(self._backend.encode(piece, add_special_tokens=False).ids)
 
+    def clear_cache(self) -> None:
+        """Forget every cached piece (a benchmark's cold start)."""
+        self._piece.cache_clear()
+
     def encode(self, text: str) -> list[int]:
         if not self.exact or self._split is None:
             return list(self.tokenizer.encode(text, add_special_tokens=False))

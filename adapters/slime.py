@@ -22,7 +22,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from envhub.adapters.export.common import envhub_metadata
+from envhub.adapters.export.common import envhub_metadata, trainable_mask
 from envhub.adapters.export.slime import sample_status
 from envhub.types import OutcomeClass, TrajectoryRecord
 
@@ -102,7 +102,7 @@ def fill_sample(sample: Any, record: TrajectoryRecord) -> Any:
     sample.tokens = list(record.prompt_ids) + list(record.response_ids)
     sample.response_length = len(record.response_ids)
     sample.response = "".join(t.action_text for t in record.turns)
-    sample.loss_mask = [0] * len(record.response_ids) if infra else list(record.response_mask)
+    sample.loss_mask = trainable_mask(record)
     sample.rollout_log_probs = list(record.response_logprobs)
     sample.reward = float(record.reward)
     sample.weight_versions = [v for v in record.versions.weight_versions if v is not None]

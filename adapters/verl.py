@@ -34,8 +34,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from envhub.adapters.export.common import envhub_metadata, trainable_mask
-from envhub.adapters.export.verl import verl_num_turns
+from envhub.adapters.export.verl import to_agent_loop_output
 from envhub.adapters.model_policy import ModelAgent, ModelPolicy
 from envhub.errors import EngineError
 from envhub.types import Observation, TrajectoryRecord
@@ -197,23 +196,21 @@ class EnvhubAgentLoop(AgentLoopBase):
             env.close()
 
     def to_output(self, record: TrajectoryRecord, engine: ServerManagerEngine) -> AgentLoopOutput:
-        n = self.response_length
-        # infra failures are ours, not the model's: the sample is kept, never its gradient
-        mask = trainable_mask(record)[:n]
-        truncated = len(record.response_ids) > n
-        meta = envhub_metadata(record) | {
-            "truncated_response": truncated,
+        # the offline export's fields (cut to response_length, a cut response earns nothing, an
+        # infra failure trains nothing) with this run's engine metrics
+        fields = to_agent_loop_output(record, response_length=self.response_length)
+        meta = fields["extra_fields"]["envhub"] | {
+            "truncated_response": fields["extra_fields"]["truncated_response"],
             "reward": record.reward,  # the verifier's, of the uncut episode
             "logprobs_missing": engine.logprobs_missing,
         }
         return AgentLoopOutput(
-            prompt_ids=list(record.prompt_ids),
-            response_ids=list(record.response_ids[:n]),
-            response_mask=mask,
-            response_logprobs=None if engine.logprobs_missing else list(record.response_logprobs[:n]),
-            # a cut response is not the episode the verifier judged: it earns nothing
-            reward_score=0.0 if truncated else float(record.reward),
-            num_turns=verl_num_turns(record),
+            prompt_ids=fields["prompt_ids"],
+            response_ids=fields["response_ids"],
+            response_mask=fields["response_mask"],
+            response_logprobs=None if engine.logprobs_missing else fields["response_logprobs"],
+            reward_score=fields["reward_score"],
+            num_turns=fields["num_turns"],
             metrics=AgentLoopMetrics(
                 generate_sequences=engine.generate_seconds,
                 tool_calls=record.metrics.sandbox_seconds,

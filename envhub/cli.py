@@ -154,9 +154,8 @@ def verify(
         env = factory()  # checks the split and the env arguments before any work
     except (ValueError, TypeError) as exc:
         raise _fail(str(exc)) from None
-    ids = tasks.split(",") if tasks else [i for s in splits for i in env.tasks.task_ids(s)]
-    env.close()
     if submissions is not None:
+        env.close()
         rows = _read_submissions(submissions)
         graded = grade_submissions(factory, rows, jobs=jobs)
         text = "".join(json.dumps(g) + "\n" for g in graded)
@@ -165,6 +164,8 @@ def verify(
         else:
             sys.stdout.write(text)
         return
+    ids = tasks.split(",") if tasks else [i for s in splits for i in env.tasks.task_ids(s)]
+    env.close()
     if not tasks and limit:
         ids = _stratified_sample(ids, limit)
     try:
@@ -315,12 +316,11 @@ _mount_optional()
 
 
 def main() -> None:
-    # Here, on the main thread, before any command runs: rollout, verify and serve start their
-    # sandboxes on worker threads, which cannot install signal handlers, so without this a
-    # SIGTERM or Ctrl-C would leave containers and scratch dirs behind.
-    from envhub.sandboxes import cleanup
+    # Imported here, on the main thread, before any command runs, it installs the signal
+    # handlers: rollout, verify and serve start their sandboxes on worker threads, which cannot
+    # install them, so without this a SIGTERM or Ctrl-C would leave containers and scratch dirs behind.
+    from envhub.sandboxes import cleanup  # noqa: F401
 
-    cleanup.install_signal_handlers()
     app()
 
 

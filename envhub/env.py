@@ -62,6 +62,18 @@ class Budget:
     max_action_chars: int = 32_768
     max_observation_chars: int = 8_192
 
+    def __post_init__(self) -> None:
+        """A wrong type fails when the budget is made, not in every episode it would run."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            wants_int = isinstance(f.default, int)
+            ok_types = (int,) if wants_int else (int, float)
+            if isinstance(value, bool) or not isinstance(value, ok_types):
+                kind = "an integer" if wants_int else "a number"
+                raise TypeError(f"budget field {f.name} must be {kind}, got {value!r}")
+            if value < 0 or value != value:  # negative, or NaN
+                raise ValueError(f"budget field {f.name} must not be negative, got {value!r}")
+
 
 class TaskSource(Protocol):
     """Where a family's tasks come from. Ids are stable; splits never share a task."""
@@ -529,10 +541,7 @@ class Env:
 
 
 def _check_budget(budget: Any, default: Budget) -> Budget:
-    """``budget`` (a Budget, a dict of Budget fields, or None for ``default``), checked field by field.
-
-    A wrong type fails here, when the env is made, instead of in every episode it would run.
-    """
+    """``budget``: a Budget, a dict of Budget fields, or None for ``default``."""
     if budget is None:
         return default
     if isinstance(budget, dict):
@@ -546,15 +555,6 @@ def _check_budget(budget: Any, default: Budget) -> Budget:
             f"budget must be a Budget or a dict of its fields (e.g. {{\"max_turns\": 4}}), "
             f"not {type(budget).__name__} {budget!r}"
         )
-    for f in dataclasses.fields(Budget):
-        value = getattr(budget, f.name)
-        wants_int = isinstance(f.default, int)
-        ok_types = (int,) if wants_int else (int, float)
-        if isinstance(value, bool) or not isinstance(value, ok_types):
-            kind = "an integer" if wants_int else "a number"
-            raise TypeError(f"budget field {f.name} must be {kind}, got {value!r}")
-        if value < 0 or value != value:  # negative, or NaN
-            raise ValueError(f"budget field {f.name} must not be negative, got {value!r}")
     return budget
 
 

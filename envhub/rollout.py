@@ -73,8 +73,9 @@ def run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[s
                               time.monotonic() - t0)
 
 
-def _crash_detail(exc: BaseException, what: str) -> str:
-    return f"{what}: {exc!r}\n{''.join(traceback.format_exception(exc))}"
+def _crash_detail(exc: BaseException, what: str | None = None) -> str:
+    head = f"{what}: {exc!r}" if what else repr(exc)
+    return f"{head}\n{''.join(traceback.format_exception(exc))}"
 
 
 def _run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[str, Any],
@@ -99,7 +100,7 @@ def _run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[
             outputs.append((out, agent_s))
             obs = env.step(out.text)
     except Exception as exc:
-        detail = f"{exc!r}\n{traceback.format_exc()}"
+        detail = _crash_detail(exc)
         if env.episode is not None and env.episode.task.task_id == plan.task_id and not env.episode.done:
             env.abort(Outcome.ENV_ERROR, detail)
         else:
@@ -144,15 +145,15 @@ def _record(env: Env, plan: EpisodePlan, policy_info: dict[str, Any], agent: Any
     )
 
 
-def _failed_record(env: Env | None, plan: EpisodePlan, policy_info: dict[str, Any], detail: str,
-                   wall: float, env_id: str = "") -> TrajectoryRecord:
+def _failed_record(env: Env, plan: EpisodePlan, policy_info: dict[str, Any], detail: str,
+                   wall: float) -> TrajectoryRecord:
     """An ``env_error`` record for an episode that produced none of its own; built from plain values."""
     try:
-        versions = _versions(env, policy_info, []) if env is not None else Versions(envhub=envhub.__version__)
+        versions = _versions(env, policy_info, [])
     except Exception:
         versions = Versions(envhub=envhub.__version__)
     record = TrajectoryRecord(
-        episode_id=plan.episode_id, task_id=plan.task_id, env_id=getattr(env, "env_id", "") or env_id,
+        episode_id=plan.episode_id, task_id=plan.task_id, env_id=env.env_id,
         group_id=plan.group_id, sample_index=plan.sample_index, policy=str(policy_info.get("policy", "")),
         versions=versions, outcome=Outcome.ENV_ERROR,
         verdict=Verdict(reward=0.0, outcome=Outcome.ENV_ERROR, detail=detail), outcome_detail=detail,
@@ -236,8 +237,7 @@ def run_rollouts(
             data = record.model_dump(mode="json")
         except Exception as exc:
             what = "the on_episode callback or serializing the record failed"
-            record = _failed_record(probe, plan, policy_info, _crash_detail(exc, what),
-                                    record.metrics.wall_seconds, env_id)
+            record = _failed_record(probe, plan, policy_info, _crash_detail(exc, what), record.metrics.wall_seconds)
             data = record.model_dump(mode="json")
         store.append(data)
 

@@ -81,15 +81,14 @@ class PipeTransport:
         self._files = (stdin, stdout)
         self._in = stdin.fileno()
         self._out = stdout.fileno()
-        self._wake_r, self._wake_w = os.pipe()
-        self._interrupted = False
+        self._wake_r, self._wake_w = os.pipe()  # readable for good once interrupted
         self._closed = False
 
     def send(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
         while view:
             readable, writable, _ = select.select([self._wake_r], [self._in], [], _remaining(deadline))
-            if readable or self._interrupted:
+            if readable:
                 raise BrokenPipeError("the channel was closed")
             if writable:
                 view = view[os.write(self._in, view[:1 << 20]) :]
@@ -97,13 +96,12 @@ class PipeTransport:
     def recv(self, deadline: float) -> bytes:
         while True:
             readable, _, _ = select.select([self._out, self._wake_r], [], [], _remaining(deadline))
-            if self._wake_r in readable or self._interrupted:
+            if self._wake_r in readable:
                 return b""
             if readable:
                 return os.read(self._out, 1 << 20)
 
     def interrupt(self) -> None:
-        self._interrupted = True
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 

@@ -97,15 +97,13 @@ def add_sweeper(fn: Callable[[], Any]) -> None:
 
 def _take_all() -> list[Closeable]:
     """Every registered resource, newest first; the registry is empty afterwards."""
-    if not _lock.acquire(timeout=1.0):  # never hang on it (a handler); take them unlocked
-        items = list(_live.values())
-        _live.clear()
-        return items[::-1]
+    locked = _lock.acquire(timeout=1.0)  # never hang on it (a handler): take them unlocked then
     try:
         items = list(_live.values())
         _live.clear()
     finally:
-        _lock.release()
+        if locked:
+            _lock.release()
     return items[::-1]
 
 

@@ -213,18 +213,20 @@ def sweep_own_containers() -> int:
     client = docker_client()
     rows = client.api.containers(all=True, filters={"label": [f"{LABEL_PID}={os.getpid()}",
                                                               "envhub.backend=docker"]})
-    removed = 0
-    for row in rows:
-        labels = row.get("Labels") or {}
-        if labels.get(LABEL_HOST) != socket.gethostname() or labels.get(LABEL_SANDBOX) in keep:
-            continue
-        try:
-            client.api.remove_container(row["Id"], force=True)
-            removed += 1
-        except Exception as exc:  # gone meanwhile, or auto_remove is already removing it
-            if not is_not_found(exc) and "already in progress" not in str(exc):
-                log.warning("could not remove %s: %s", row["Id"][:12], exc)
-    return removed
+    labelled = ((row["Id"], row.get("Labels") or {}) for row in rows)
+    return sum(_force_remove(client.api, cid) for cid, labels in labelled
+               if labels.get(LABEL_HOST) == socket.gethostname() and labels.get(LABEL_SANDBOX) not in keep)
+
+
+def _force_remove(api: Any, container_id: str) -> bool:
+    """Remove a container, running or not; False when it was gone or already being removed."""
+    try:
+        api.remove_container(container_id, force=True)
+        return True
+    except Exception as exc:  # gone meanwhile, or auto_remove is already removing it
+        if not is_not_found(exc) and "already in progress" not in str(exc):
+            log.warning("could not remove %s: %s", container_id[:12], exc)
+        return False
 
 
 cleanup.add_sweeper(sweep_own_containers)
@@ -276,18 +278,13 @@ def prune(all_owners: bool = False) -> int:
     ``all_owners=True`` removes every envhub-labelled container.
     """
     client = docker_client()
-    ours = {getattr(sb, "container_id", None) for sb in cleanup.live()}
-    starting = {getattr(sb, "token", None) for sb in cleanup.live()} - {None}  # no id yet
+    # Every container this process creates carries its sandbox's token, from before it has an id.
+    open_sandboxes = {getattr(sb, "token", None) for sb in cleanup.live()} - {None}
     removed = 0
     for container in owned_containers(client):
         labels = container.labels
-        mine_but_untracked = (labels.get(LABEL_PID) == str(os.getpid()) and container.id not in ours
-                              and labels.get(LABEL_SANDBOX) not in starting)
+        mine_but_untracked = (labels.get(LABEL_PID) == str(os.getpid())
+                              and labels.get(LABEL_SANDBOX) not in open_sandboxes)
         if all_owners or not _owner_alive(labels) or mine_but_untracked:
-            try:
-                client.api.remove_container(container.id, force=True)
-                removed += 1
-            except Exception as exc:  # gone meanwhile, or its removal is already under way
-                if not is_not_found(exc) and "already in progress" not in str(exc):
-                    log.warning("could not remove %s: %s", container.id[:12], exc)
+            removed += _force_remove(client.api, container.id)
     return removed

@@ -840,9 +840,9 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def sysv_ipc_objects(uid: int | None = None) -> list[tuple[str, int]]:
+def sysv_ipc_objects(uid: int) -> list[tuple[str, int]]:
     """``(kind, id)`` of every SysV shared-memory segment, semaphore set and message queue
-    listed in /proc/sysvipc (created or owned by ``uid``, when given)."""
+    listed in /proc/sysvipc that ``uid`` created or owns."""
     found = []
     for kind, _ in SYSV_IPC:
         try:
@@ -857,7 +857,7 @@ def sysv_ipc_objects(uid: int | None = None) -> list[tuple[str, int]]:
         for row in rows[1:]:
             try:
                 ident = int(row[1])
-                if uid is None or any(int(row[i]) == uid for i in owners):
+                if any(int(row[i]) == uid for i in owners):
                     found.append((kind, ident))
             except (IndexError, ValueError):
                 continue

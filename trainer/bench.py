@@ -65,17 +65,16 @@ def _first_observations(n: int) -> list[Observation]:
     return firsts
 
 
-def _script(turns: int, salt: str = "") -> tuple[list[str], list[Message]]:
+def _script(turns: int, salt: str) -> tuple[list[str], list[Message]]:
     """Scripted assistant texts (python tool calls) and the tool replies they get; ``salt`` (the
     episode index and task id) makes every episode's calls and replies its own."""
     from envhub.parsing import format_tool_call
 
-    seed = zlib.crc32(salt.encode()) % 100_003 if salt else 0
+    seed = zlib.crc32(salt.encode()) % 100_003
     texts, replies = [], []
     for k in range(turns):
-        code = "\n".join(f"x{j} = ({k} + {j} + {seed}) * 12345 // 7\nprint('step', {j}, x{j})" for j in range(4))
-        if salt:
-            code = f"# {salt}\n{code}"
+        code = f"# {salt}\n" + "\n".join(f"x{j} = ({k} + {j} + {seed}) * 12345 // 7\nprint('step', {j}, x{j})"
+                                         for j in range(4))
         texts.append(format_tool_call("python", {"code": code}))
         out = "\n".join(f"step {j} {(k + j + seed) * 12345 // 7}" for j in range(4))
         replies.append(Message(role="tool", name="python", content=f"exit code 0\nstdout:\n{out}\n"))
@@ -91,7 +90,7 @@ def _measure(tokenizer: Any, firsts: list[Observation], turns: int, repeats: int
     sampled = [[list(tokenizer.encode(t + ChatMLFormat.end_token, add_special_tokens=False)) for t in texts]
                for texts, _ in scripts]
     tools = [t.to_openai() for t in firsts[0].tools]
-    engine = _ReplayEngine(sampled[0])
+    engine = _ReplayEngine([])  # each episode's turns are loaded before it runs
 
     def incremental(cold: bool) -> int:
         # A fresh policy per repeat: its encoder cache starts empty, as in a new run; ``cold``
@@ -100,7 +99,7 @@ def _measure(tokenizer: Any, firsts: list[Observation], turns: int, repeats: int
         tokens = 0
         for e, first in enumerate(firsts):
             if cold:
-                policy._encoder._piece.cache_clear()
+                policy._encoder.clear_cache()
             engine.turns, engine.i = sampled[e], 0
             replies = scripts[e][1]
             agent = policy.start(None, first, seed=0)  # type: ignore[arg-type]

@@ -26,7 +26,8 @@ def build_server(model: str, *, max_context: int | None = None, default_max_toke
         options["max_context"] = max_context
     policy = make_model_policy(prefix, target, **options)
     return TitoServer(policy.engine, policy.tokenizer, policy.format, model_name=model,
-                      default_max_tokens=default_max_tokens, default_temperature=default_temperature)
+                      default_max_tokens=default_max_tokens, default_temperature=default_temperature,
+                      tokenizer_id=policy.tokenizer_id)
 
 
 def tito_command(

@@ -60,8 +60,6 @@ def parse_number(text: str) -> Fraction:
 
 def numbers_close(a: Fraction, b: Fraction, rel_tol: float, abs_tol: float) -> bool:
     """``math.isclose`` semantics, computed exactly: no float overflow, no rounding at the boundary."""
-    if rel_tol == 0 and abs_tol == 0:
-        return a == b
     diff = abs(a - b)
     return diff <= abs_tol or diff <= Fraction(rel_tol) * max(abs(a), abs(b))
 
@@ -156,9 +154,10 @@ class NumericMatch:
 
     def allowed_error(self, reference: Fraction) -> Fraction:
         """How far an answer near ``reference`` may be from it and still pass (0: exact)."""
-        rel = Fraction(self.rel_tol) * abs(reference)
-        sig = significant_figures_tolerance(reference, self.sig_figs) if self.sig_figs > 0 else Fraction(0)
-        return max(Fraction(self.abs_tol), rel, sig)
+        return max(Fraction(self.abs_tol), Fraction(self.rel_tol) * abs(reference), self._sig_error(reference))
+
+    def _sig_error(self, reference: Fraction) -> Fraction:
+        return significant_figures_tolerance(reference, self.sig_figs) if self.sig_figs > 0 else Fraction(0)
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
         reference = self.reference(task)
@@ -166,11 +165,9 @@ class NumericMatch:
             got = parse_number(_strip_label(submission[self.field]))
         except ValueError as exc:
             raise GateFailure(Outcome.FORMAT_ERROR, f"answer is not a single number: {exc}") from None
-        ok = numbers_close(got, reference, self.rel_tol, self.abs_tol) or (
-            self.sig_figs > 0
-            # a float reference may sit a hair off an exact tie, where both roundings are correct
-            and abs(got - reference) <= significant_figures_tolerance(reference, self.sig_figs) * _FLOAT_SLACK
-        )
+        # a float reference may sit a hair off an exact tie, where both roundings are correct
+        ok = (numbers_close(got, reference, self.rel_tol, self.abs_tol)
+              or abs(got - reference) <= self._sig_error(reference) * _FLOAT_SLACK)
         return Graded(1.0 if ok else 0.0, ok, f"expected {task.hidden[self.key]}, got {submission[self.field]!r}")
 
 

@@ -82,9 +82,8 @@ def file_findings(given: dict[str, str], final: dict[str, str], editable_roots: 
         name = PurePosixPath(path).name
         if path not in given and (name in IMPLICIT_FILES or name.endswith(IMPLICIT_SUFFIXES)):
             findings.append(Finding(path, f"added {name}, which Python or pytest runs implicitly"))
-        elif path not in given and path.startswith(roots) and _module_name(path, roots) in SHADOWED_MODULES:
-            findings.append(Finding(path, f"added module {_module_name(path, roots)!r}, which shadows one the "
-                                          "test run imports"))
+        elif path not in given and path.startswith(roots) and (module := _module_name(path, roots)) in SHADOWED_MODULES:
+            findings.append(Finding(path, f"added module {module!r}, which shadows one the test run imports"))
         elif not path.startswith(roots):
             if path not in final:
                 findings.append(Finding(path, "deleted a file outside the source tree (tests or config)"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from envhub import safe_ast
 from envhub.verifiers import integrity
-from envhub.verifiers.pytest_grader import grading_bootstrap
+from envhub.verifiers.pytest_grader import GRADE_DIR, PLUGIN_MODULE, grading_bootstrap
 
 from .manifest import Instance
 from .workspace import agent_files, project_sources, project_tests
@@ -85,9 +85,10 @@ def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str)
         shutil.copy(HERE / "harbor_grade.py", tests / "grade.py")
         shutil.copy(VERIFIERS / "integrity.py", tests / "integrity.py")
         shutil.copy(safe_ast.__file__, tests / "safe_ast.py")  # integrity.py parses through it
-        shutil.copy(VERIFIERS / "pytest_report_plugin.py", tests / "envhub_report.py")
+        shutil.copy(VERIFIERS / "pytest_report_plugin.py", tests / f"{PLUGIN_MODULE}.py")
         (tests / "expected.json").write_text(json.dumps({"expected": inst.expected_tests, "given": given,
-                                                         "bootstrap": grading_bootstrap()}))
+                                                         "bootstrap": grading_bootstrap(), "grade_dir": GRADE_DIR,
+                                                         "plugin": f"{PLUGIN_MODULE}.py"}))
         (tests / "test.sh").write_text(TEST_SH)
         (tests / "test.sh").chmod(0o755)
         original = project_sources(inst.project)

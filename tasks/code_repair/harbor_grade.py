@@ -60,9 +60,10 @@ def main():
             with open(os.path.join(work, rel), "w") as fh:
                 fh.write(text)
     shutil.copytree(os.path.join(HERE, "hidden"), os.path.join(work, "tests"))
-    os.makedirs(os.path.join(work, ".envhub_grade"))
-    shutil.copy(os.path.join(HERE, "envhub_report.py"), os.path.join(work, ".envhub_grade"))
-    report = os.path.join(work, ".envhub_grade", f"report-{secrets.token_hex(12)}.json")
+    grade_dir = os.path.join(work, spec["grade_dir"])  # where the bootstrap imports the plugin from
+    os.makedirs(grade_dir)
+    shutil.copy(os.path.join(HERE, spec["plugin"]), grade_dir)
+    report = os.path.join(grade_dir, f"report-{secrets.token_hex(12)}.json")
     boot = spec["bootstrap"]  # the same command line as envhub's own grader
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "ENVHUB_REPORT": report,
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}

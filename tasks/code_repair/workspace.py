@@ -87,17 +87,17 @@ def prune_tests(source: str, keep: set[str]) -> str:
             optional.append(node)
         else:
             kept.append(node)
-    needed = set().union(*(_uses(n) for n in kept)) if kept else set()
-    chosen: list[ast.stmt] = []
+    needed = set().union(*(_uses(n) for n in kept))
+    chosen = {id(n) for n in kept}
     grew = True
     while grew:  # what the kept code uses, and what that uses in turn
         grew = False
         for node in optional:
-            if node not in chosen and _defines(node) & needed:
-                chosen.append(node)
+            if id(node) not in chosen and _defines(node) & needed:
+                chosen.add(id(node))
                 needed |= _uses(node)
                 grew = True
-    tree.body = [n for n in tree.body if n in kept or n in chosen]
+    tree.body = [n for n in tree.body if id(n) in chosen]
     header = '"""Visible tests for this task. The grader runs a larger hidden suite."""\n\n'
     return header + ast.unparse(tree) + "\n"
 

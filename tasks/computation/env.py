@@ -135,7 +135,7 @@ class ComputationEnv(Env):
         return (tuple(kinds or ()), tuple(levels or ()))
 
     def make_verifier(self) -> LayeredVerifier:
-        return LayeredVerifier(gate=[AnswerPresent()], correctness=AnswerTypeMatch())
+        return LayeredVerifier(gate=[AnswerPresent()], correctness=_ANSWER_MATCH)
 
     def system_prompt(self, task: Task) -> str:
         return (
@@ -177,14 +177,19 @@ def _wrong(task: Task) -> str:
     if kind == "word":
         return WEEKDAYS[(WEEKDAYS.index(gold) + 1) % 7]
     if kind == "sequence":
-        return ", ".join(f"{n}={int(v) + (i == 0)}" for i, (n, v) in enumerate(zip("xyz", gold, strict=False)))
+        return _assignments([str(int(v) + (i == 0)) for i, v in enumerate(gold)])
     value = parse_number(gold)
     return str(value + 1) if kind in ("integer", "fraction") else f"{float(value) * 1.01 + 1:.6g}"
 
 
 def _gold_text(task: Task) -> str:
     gold = task.hidden["answer"]
-    return ", ".join(f"{n}={v}" for n, v in zip("xyz", gold, strict=False)) if isinstance(gold, list) else gold
+    return _assignments(gold) if isinstance(gold, list) else gold
+
+
+def _assignments(values: list[str]) -> str:
+    """A sequence answer as the prompt asks for it: ``x=3, y=-2``."""
+    return ", ".join(f"{n}={v}" for n, v in zip("xyz", values, strict=False))
 
 
 def _zero(task: Task) -> str:
@@ -194,7 +199,7 @@ def _zero(task: Task) -> str:
         values = ["0"] * len(gold)
         if all(parse_number(v) == 0 for v in gold):
             values[0] = "1"
-        return ", ".join(f"{n}={v}" for n, v in zip("xyz", values, strict=False))
+        return _assignments(values)
     if task.hidden["answer_type"] == "word":
         return "0"
     return "1" if parse_number(gold) == 0 else "0"
@@ -208,7 +213,7 @@ def _just_outside_tolerance(task: Task) -> str:
         return _wrong(task)
     if answer_type == "sequence":
         first = parse_number(gold[0]) + Fraction(1, 10**6)
-        return ", ".join(f"{n}={v}" for n, v in zip("xyz", [str(first), *gold[1:]], strict=False))
+        return _assignments([str(first), *gold[1:]])
     check = _ANSWER_MATCH.check_for(task)
     assert isinstance(check, NumericMatch)
     reference = check.reference(task)
