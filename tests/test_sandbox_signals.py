@@ -32,9 +32,9 @@ WORKER_CHILD = textwrap.dedent("""\
     backend = sys.argv[1]
     with ThreadPoolExecutor(max_workers=2) as pool:
         sandboxes = [f.result() for f in [pool.submit(create_sandbox, backend) for _ in range(2)]]
-    for sb in sandboxes:
-        print(getattr(sb, "container_id", None) or sb._ident(), flush=True)
-    try:
+    try:  # before the prints: the test signals as soon as it has read them
+        for sb in sandboxes:
+            print(getattr(sb, "container_id", None) or sb._ident(), flush=True)
         time.sleep(120)
     except KeyboardInterrupt:
         # SIGINT keeps its meaning: a KeyboardInterrupt the program can catch -- the sandboxes
