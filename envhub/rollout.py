@@ -7,14 +7,16 @@ episode becomes that episode's ``env_error`` record, with the traceback; it neve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
+import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,14 +247,19 @@ def run_rollouts(
     try:
         with JsonlStore(path) as store:
             todo = [p for p in plans if p.episode_id not in store.keys]
-            with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool, _ctrl_c_requests_stop() as stop:
                 futures = {pool.submit(job, p): p for p in todo}
-                try:
-                    for fut in as_completed(futures):
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    for fut in done:
                         keep(futures[fut], fut.result())
-                except KeyboardInterrupt:  # Ctrl-C: what finished is on disk; the queue is dropped
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+                    if stop.is_set():  # Ctrl-C: what finished is on disk; the queue is dropped
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        from envhub.sandboxes import cleanup
+
+                        cleanup.close_all_bounded()  # episodes in flight end now; they are not kept
+                        raise KeyboardInterrupt
     finally:  # the workers are done here (the pool's exit waits for the episodes in flight)
         for env in envs:
             env.close()
@@ -263,6 +270,29 @@ def run_rollouts(
                    "skipped_already_done": len(plans) - len(todo), "seed": seed, "group_size": group_size})
     write_json_atomic(out / "report.json", report)
     return RolloutResult(report=report, trajectories=path, skipped=len(plans) - len(todo))
+
+
+@contextlib.contextmanager
+def _ctrl_c_requests_stop() -> Iterator[threading.Event]:
+    """While the run waits for episodes, Ctrl-C sets the event instead of raising
+    ``KeyboardInterrupt`` wherever the main thread happens to be: raised inside
+    ``concurrent.futures``' lock handling, it can leave a lock held and deadlock the run. A second
+    Ctrl-C raises at once. Off the main thread (no signals there) the event is never set."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _claim_run_dir(out: Path, identity: dict[str, Any]) -> None:
