@@ -40,7 +40,7 @@ from envhub.types import (
 )
 
 if TYPE_CHECKING:
-    from envhub.sandboxes.base import Sandbox, SandboxSpec
+    from envhub.sandboxes.base import Limits, Sandbox, SandboxSpec
     from envhub.verifiers.suite import SuiteCase
 
 SPLITS = ("train", "validation", "test")
@@ -124,8 +124,10 @@ class Env:
     default_budget: ClassVar[Budget] = Budget()
     #: What the family's tools need from a sandbox; None when no tool runs code.
     sandbox_spec: ClassVar[SandboxSpec | None] = None
-    #: Modules a grading sandbox's executor imports ahead of time (e.g. pytest for hidden tests).
+    #: Modules a grading sandbox's executor imports ahead of time (for ``exec_python`` children).
     grading_preload: ClassVar[tuple[str, ...]] = ()
+    #: Limits of a grading sandbox, when they differ from ``sandbox_spec``'s (e.g. a larger output cap).
+    grading_limits: ClassVar[Limits | None] = None
     #: The agent's tools run code next to what it must not see (hidden tests): the ``process``
     #: backend, which hides nothing, is used only when asked for by name, never as the fallback.
     needs_isolation: ClassVar[bool] = False
@@ -367,6 +369,8 @@ class Env:
 
         spec = dataclasses.replace(self.sandbox_spec or SandboxSpec(), role=role,
                                    preload=self.grading_preload if role == "grading" else ())
+        if role == "grading" and self.grading_limits is not None:
+            spec = dataclasses.replace(spec, limits=self.grading_limits)
         try:
             backend = select_backend(self.sandbox_backend)
         except Exception as exc:

@@ -187,15 +187,13 @@ def project_fingerprint(root: Path) -> str:
     return h.hexdigest()
 
 
-def save_manifest(manifest: Manifest, path: str | Path = DEFAULT_MANIFEST) -> str:
-    """Write gzip JSON atomically (temp file + ``os.replace``); returns the checksum."""
+def save_checked_json(path: str | Path, key: str, payload: object) -> str:
+    """Write ``{"checksum", key: payload}`` as deterministic gzip JSON, atomically; returns the checksum."""
     path = Path(path)
-    payload = manifest._payload()
     checksum = _digest(payload)
-    data = _canonical({"checksum": checksum, "manifest": payload})
     buf = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
-        gz.write(data)
+        gz.write(_canonical({"checksum": checksum, key: payload}))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(buf.getvalue())
@@ -203,13 +201,24 @@ def save_manifest(manifest: Manifest, path: str | Path = DEFAULT_MANIFEST) -> st
     return checksum
 
 
-def load_manifest(path: str | Path = DEFAULT_MANIFEST) -> Manifest:
-    """Read and validate a manifest; refuses a wrong version or a checksum mismatch."""
+def load_checked_json(path: str | Path, key: str) -> dict:
+    """Read what :func:`save_checked_json` wrote; refuses a checksum mismatch (truncated or edited)."""
     path = Path(path)
     raw = json.loads(gzip.decompress(path.read_bytes()))
-    payload = raw.get("manifest", {})
-    if payload.get("version") != MANIFEST_VERSION:
-        raise ValueError(f"{path}: manifest version {payload.get('version')} != {MANIFEST_VERSION}")
+    payload = raw.get(key, {})
     if _digest(payload) != raw.get("checksum"):
         raise ValueError(f"{path}: checksum mismatch")
+    return payload
+
+
+def save_manifest(manifest: Manifest, path: str | Path = DEFAULT_MANIFEST) -> str:
+    """Write gzip JSON atomically (temp file + ``os.replace``); returns the checksum."""
+    return save_checked_json(path, "manifest", manifest._payload())
+
+
+def load_manifest(path: str | Path = DEFAULT_MANIFEST) -> Manifest:
+    """Read and validate a manifest; refuses a wrong version or a checksum mismatch."""
+    payload = load_checked_json(path, "manifest")
+    if payload.get("version") != MANIFEST_VERSION:
+        raise ValueError(f"{path}: manifest version {payload.get('version')} != {MANIFEST_VERSION}")
     return Manifest.model_validate(payload)

@@ -1,0 +1,456 @@
+"""Compile a pytest test module into a *probe module*: the same tests with every expected value removed.
+
+Trusted, build time and grade time (it only parses; it never imports the tests or the project).
+A probe runs next to the submission and can only *observe*; the values it observes are compared
+in the trusted process with the observations of the gold sources (:mod:`.compare`). The rules:
+
+* ``assert actual == expected`` becomes ``observe(actual, site)``: the expected side is dropped from
+  the source. The actual side is the left one, unless the left side is plain data and the right
+  side is not (``assert 3 == f(x)``).
+* ``assert actual == pytest.approx(v, rel=r, abs=a)`` observes ``actual`` at a site whose tolerance
+  is kept in the trusted site table, never in the probe.
+* any other comparison observes each operand that is not plain data, and the comparison's own
+  result when two or more operands are (``assert a < b`` between two submitted objects);
+  ``assert e`` (no comparison) observes ``e``; ``assert not e`` observes ``e``. Messages are dropped.
+* ``with pytest.raises(E, match=M) as info:`` becomes ``with raises(site, message=True) as info:``:
+  the exception's type (and, where the test checked the message, its arguments) is observed.
+* ``@pytest.mark.parametrize`` becomes ``@cases`` with the parameters the probe still uses; the
+  columns that only fed dropped expected sides are deleted from the rows, so a parametrized
+  expectation never reaches the sandbox. ``@pytest.fixture`` becomes ``@fixture``.
+* after that, locals, module constants and helpers that nothing uses any more are removed (they
+  held expected data), and no reference to pytest may remain.
+
+"Plain data" means an expression built only from literals, the standard library's value types
+(``Decimal("1.5")``, ``date(2024, 1, 2)``) and pure builtins, or names bound only to such data.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from envhub import safe_ast
+
+RUNTIME_NAMES = ("cases", "fixture", "observe", "raises")
+PURE_BUILTINS = frozenset({
+    "abs", "bool", "bytes", "chr", "complex", "dict", "enumerate", "float", "frozenset", "int", "len", "list",
+    "max", "min", "ord", "range", "reversed", "round", "set", "sorted", "str", "sum", "tuple", "zip",
+})
+PYTEST_APPROX_DEFAULTS = (1e-6, 1e-12)
+SEGMENT_MARK = "__envhub_segment_"
+
+
+class ProbeCompileError(ValueError):
+    """A test construct the compiler cannot express as observations (fix the test, never guess)."""
+
+
+@dataclass
+class Probe:
+    """One compiled test module."""
+
+    path: str
+    source: str
+    #: site id -> trusted comparison rule for the observations made there ({} = exact)
+    sites: dict[int, dict[str, Any]]
+    #: test function -> the argument names its ``cases`` tables bind, in table order
+    tables: dict[str, list[list[str]]] = field(default_factory=dict)
+    #: test function -> number of probe functions it was split into (absent: one)
+    segments: dict[str, int] = field(default_factory=dict)
+    #: "function: name" where an expected value is also an input outside any assertion (reported)
+    residual: list[str] = field(default_factory=list)
+
+    def functions(self, test: str) -> list[str]:
+        """The probe functions that together make up the pytest function ``test``."""
+        return [test] + [f"{test}{SEGMENT_MARK}{n}" for n in range(1, self.segments.get(test, 1))]
+
+
+def compile_tests(path: str, source: str) -> Probe:
+    """The probe module for the pytest module ``source`` (named ``path`` in messages)."""
+    tree = safe_ast.parse(source)
+    module = _Module(path, tree)
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            kept = [a for a in node.names if a.name != "pytest" and not a.name.startswith("_pytest")]
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("pytest", "_pytest"):
+                kept = []
+            if kept:
+                node.names = kept
+                body.append(node)
+        elif isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            body.extend(module.compile_test(node))
+        elif isinstance(node, ast.FunctionDef) and _decorator(node, "fixture") is not None:
+            node.decorator_list = [ast.Name("fixture", ast.Load())]
+            body.append(node)
+        else:
+            body.append(node)
+    tree.body = _prune_module(body)
+    header = ast.parse(f"from envhub_probe import {', '.join(RUNTIME_NAMES)}").body
+    tree.body = header + tree.body
+    ast.fix_missing_locations(tree)
+    text = ast.unparse(tree) + "\n"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "pytest":
+            raise ProbeCompileError(f"{path}:{getattr(node, 'lineno', '?')}: pytest is still used after compiling")
+    return Probe(path=path, source=text, sites=module.sites, tables=module.tables, segments=module.segmented, residual=module.residual)
+
+
+# ---- the module: names, plain data, sites ---------------------------------------------------------
+
+class _Module:
+    def __init__(self, path: str, tree: ast.Module):
+        self.path = path
+        self.sites: dict[int, dict[str, Any]] = {}
+        self.tables: dict[str, list[list[str]]] = {}
+        self.segmented: dict[str, int] = {}
+        self.residual: list[str] = []
+        self.constants: dict[str, ast.expr] = {}
+        self.stdlib: set[str] = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                self.constants[node.targets[0].id] = node.value
+            elif isinstance(node, ast.Import):
+                self.stdlib.update((a.asname or a.name).split(".")[0] for a in node.names
+                                   if a.name.split(".")[0] in sys.stdlib_module_names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in sys.stdlib_module_names:
+                self.stdlib.update(a.asname or a.name for a in node.names)
+
+    def site(self, rule: dict[str, Any] | None = None) -> ast.Constant:
+        number = len(self.sites)
+        self.sites[number] = rule or {}
+        return ast.Constant(number)
+
+    def plain(self, node: ast.expr, plain_names: set[str], seen: frozenset[str] = frozenset()) -> bool:
+        """Whether ``node`` is plain data: nothing of the project can be involved in computing it."""
+        match node:
+            case ast.Constant():
+                return True
+            case ast.List() | ast.Tuple() | ast.Set():
+                return all(self.plain(e, plain_names, seen) for e in node.elts)
+            case ast.Dict():
+                return all(k is None or self.plain(k, plain_names, seen) for k in node.keys) and \
+                    all(self.plain(v, plain_names, seen) for v in node.values)
+            case ast.JoinedStr():
+                return all(self.plain(v, plain_names, seen) for v in node.values)
+            case ast.FormattedValue():
+                return self.plain(node.value, plain_names, seen)
+            case ast.UnaryOp():
+                return self.plain(node.operand, plain_names, seen)
+            case ast.BinOp():
+                return self.plain(node.left, plain_names, seen) and self.plain(node.right, plain_names, seen)
+            case ast.Subscript():
+                return self.plain(node.value, plain_names, seen) and self.plain(node.slice, plain_names, seen)
+            case ast.Slice():
+                return all(p is None or self.plain(p, plain_names, seen) for p in (node.lower, node.upper, node.step))
+            case ast.Name():
+                if node.id in plain_names:
+                    return True
+                if node.id in self.constants and node.id not in seen:
+                    return self.plain(self.constants[node.id], plain_names, seen | {node.id})
+                return False
+            case ast.Call():
+                return self._pure_callee(node.func) and all(self.plain(a, plain_names, seen) for a in node.args) \
+                    and all(self.plain(k.value, plain_names, seen) for k in node.keywords)
+            case ast.ListComp() | ast.SetComp() | ast.GeneratorExp():
+                names = plain_names | {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+                return all(self.plain(g.iter, names, seen) and all(self.plain(i, names, seen) for i in g.ifs)
+                           for g in node.generators) and self.plain(node.elt, names, seen)
+        return False
+
+    def _pure_callee(self, func: ast.expr) -> bool:
+        root = func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return False
+        if isinstance(func, ast.Name) and func.id in PURE_BUILTINS:
+            return True
+        if root.id in self.stdlib:
+            return True
+        alias = self.constants.get(root.id)  # ``D = Decimal``
+        return isinstance(alias, ast.Name | ast.Attribute) and alias is not func and self._pure_callee(alias)
+
+    # ---- one test function ------------------------------------------------------------------------
+
+    def compile_test(self, fn: ast.FunctionDef) -> list[ast.FunctionDef]:
+        """The probe functions of one test: usually one; more when a value one assertion expects is an
+        input of another (``assert encode(t) == e; assert decode(e) == t``): then each *segment* keeps
+        only observations that never see what their own assertion expected."""
+        tables = [self._table(d) for d in fn.decorator_list if _is_parametrize(d)]
+        others = [d for d in fn.decorator_list if not _is_parametrize(d)]
+        if others:
+            raise ProbeCompileError(f"{self.path}:{fn.lineno}: unsupported decorator {ast.unparse(others[0])}")
+        table_names = {n for names, _ in tables for n in names}
+        plain_params = {name for names, rows in tables for i, name in enumerate(names)
+                        if all(self.plain(row[i], set()) for row in rows)}
+        plain = plain_params | _plain_locals(fn, self, plain_params)
+        self._dropped: dict[int, set[str]] = {}
+        fn.body = self._statements(fn.body, plain)
+        data_names = table_names | _assigned_names(fn) | {a.arg for a in fn.args.args}
+        segments = _segments(fn, self._dropped, data_names)
+        self.residual += [f"{fn.name}: {name}" for name in _unsplittable(fn, self._dropped, data_names)]
+        if len(segments) > 1:
+            self.segmented[fn.name] = len(segments)
+        out = []
+        for number, sites in enumerate(segments):
+            segment = copy.deepcopy(fn)
+            if number:
+                segment.name = f"{fn.name}{SEGMENT_MARK}{number}"
+            _keep_sites(segment, sites, set(self._dropped))
+            out.append(self._finish(segment, tables, plain))
+        return out
+
+    def _finish(self, fn: ast.FunctionDef, tables: list[tuple[list[str], list[list[ast.expr]]]],
+                plain: set[str]) -> ast.FunctionDef:
+        _drop_dead_stores(fn, self, plain)
+        used = _loaded_names(fn.body)
+        decorators: list[ast.expr] = []
+        bound: list[list[str]] = []
+        for names, rows in tables:
+            keep = [i for i, n in enumerate(names) if n in used]
+            if not keep:
+                continue
+            kept = [names[i] for i in keep]
+            values = [ast.Tuple([copy.deepcopy(row[i]) for i in keep], ast.Load()) for row in rows]
+            decorators.append(ast.Call(ast.Name("cases", ast.Load()),
+                                       [ast.Constant(", ".join(kept)), ast.List(values, ast.Load())], []))
+            bound.append(kept)
+        table_names = {n for names, _ in tables for n in names}
+        fixtures = [a.arg for a in fn.args.args if a.arg not in table_names and a.arg in used]
+        fn.args.args = [ast.arg(n) for n in [n for names in bound for n in names] + fixtures]
+        fn.decorator_list = decorators
+        self.tables[fn.name] = bound
+        return fn
+
+    def _table(self, deco: ast.expr) -> tuple[list[str], list[list[ast.expr]]]:
+        assert isinstance(deco, ast.Call)
+        spec, values = deco.args[0], deco.args[1]
+        if isinstance(spec, ast.Constant) and isinstance(spec.value, str):
+            names = [n.strip() for n in spec.value.split(",") if n.strip()]
+        elif isinstance(spec, ast.Tuple | ast.List) and all(isinstance(e, ast.Constant) for e in spec.elts):
+            names = [str(e.value) for e in spec.elts]  # type: ignore[attr-defined]
+        else:
+            raise ProbeCompileError(f"{self.path}:{deco.lineno}: parametrize names must be literal")
+        if isinstance(values, ast.Name) and values.id in self.constants:
+            values = self.constants[values.id]
+        if not isinstance(values, ast.List | ast.Tuple):
+            raise ProbeCompileError(f"{self.path}:{deco.lineno}: parametrize values must be a literal list")
+        rows: list[list[ast.expr]] = []
+        for element in values.elts:
+            if isinstance(element, ast.Call) and ast.unparse(element.func) == "pytest.param":
+                element = ast.Tuple(list(element.args), ast.Load()) if len(names) > 1 else element.args[0]
+            if len(names) == 1:
+                rows.append([element])
+            elif isinstance(element, ast.Tuple | ast.List) and len(element.elts) == len(names):
+                rows.append(list(element.elts))
+            else:
+                raise ProbeCompileError(f"{self.path}:{deco.lineno}: a parametrize row must be a literal tuple")
+        return names, rows
+
+    def _statements(self, body: list[ast.stmt], plain: set[str]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in body:
+            if isinstance(stmt, ast.Assert):
+                out.extend(self._assert(stmt.test, plain))
+                continue
+            if isinstance(stmt, ast.With):
+                stmt.items = [self._with_item(item) for item in stmt.items]
+            for attr in ("body", "orelse", "finalbody"):
+                inner = getattr(stmt, attr, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    setattr(stmt, attr, self._statements(inner, plain) or [ast.Pass()])
+            out.append(stmt)
+        return out
+
+    def _with_item(self, item: ast.withitem) -> ast.withitem:
+        call = item.context_expr
+        if isinstance(call, ast.Call) and ast.unparse(call.func) == "pytest.raises":
+            message = any(k.arg == "match" for k in call.keywords)
+            item.context_expr = ast.Call(ast.Name("raises", ast.Load()), [self.site()],
+                                         [ast.keyword("message", ast.Constant(message))])
+        return item
+
+    def _observe(self, node: ast.expr, rule: dict[str, Any] | None = None) -> ast.stmt:
+        return ast.Expr(ast.Call(ast.Name("observe", ast.Load()), [node, self.site(rule)], []))
+
+    def _assert(self, test: ast.expr, plain: set[str]) -> list[ast.stmt]:
+        observations = self._observations(test, plain)
+        kept = _loaded_names(observations)
+        dropped = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} - kept
+        for stmt in observations:
+            self._dropped[_site_of(stmt)] = dropped
+        return observations
+
+    def _observations(self, test: ast.expr, plain: set[str]) -> list[ast.stmt]:
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self._observations(test.operand, plain)
+        if not isinstance(test, ast.Compare):
+            return [] if self.plain(test, plain) else [self._observe(test)]
+        operands = [test.left, *test.comparators]
+        if len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
+            left, right = operands
+            approx = _approx(right) or _approx(left)
+            if _approx(left) or (self.plain(left, plain) and not self.plain(right, plain)):
+                left, right = right, left
+            if self.plain(left, plain):
+                return []
+            return [self._observe(left, approx)]
+        live = [o for o in operands if not self.plain(o, plain) and not _approx(o)]
+        out = [self._observe(o) for o in live]
+        if len(live) >= 2 and len(live) == len(operands):
+            out.append(self._observe(test))
+        return out
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+def _decorator(fn: ast.FunctionDef, name: str) -> ast.expr | None:
+    for d in fn.decorator_list:
+        if ast.unparse(d).split("(")[0] in (f"pytest.{name}", name):
+            return d
+    return None
+
+
+def _is_parametrize(deco: ast.expr) -> bool:
+    return isinstance(deco, ast.Call) and ast.unparse(deco.func) == "pytest.mark.parametrize"
+
+
+def _approx(node: ast.expr) -> dict[str, Any] | None:
+    if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.approx"):
+        return None
+    rel, abs_ = PYTEST_APPROX_DEFAULTS
+    for k in node.keywords:
+        value = safe_ast.literal_eval(k.value)
+        if k.arg == "rel":
+            rel = float(value)
+        elif k.arg == "abs":
+            abs_ = float(value)
+    return {"approx": [rel, abs_]}
+
+
+def _loaded_names(nodes: list[ast.stmt] | list[ast.expr]) -> set[str]:
+    return {n.id for root in nodes for n in ast.walk(root) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _plain_locals(fn: ast.FunctionDef, module: _Module, plain_params: set[str]) -> set[str]:
+    """Locals every assignment of which is plain data (``expected = [...]``)."""
+    assigned: dict[str, list[ast.expr | None]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        assigned.setdefault(n.id, []).append(node.value if isinstance(target, ast.Name) else None)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For | ast.withitem | ast.NamedExpr):
+            target = getattr(node, "target", None) or getattr(node, "optional_vars", None)
+            for n in ast.walk(target) if target is not None else ():
+                if isinstance(n, ast.Name):
+                    assigned.setdefault(n.id, []).append(None)
+    plain: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, values in assigned.items():
+            if name not in plain and all(v is not None and module.plain(v, plain_params | plain) for v in values):
+                plain.add(name)
+                changed = True
+    return plain
+
+
+def _drop_dead_stores(fn: ast.FunctionDef, module: _Module, plain: set[str]) -> None:
+    """Remove ``name = <plain data>`` whose name nothing reads any more (it held an expectation)."""
+    while True:
+        used = _loaded_names(fn.body)
+        dead = [s for s in ast.walk(fn) if isinstance(s, ast.Assign) and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name) and s.targets[0].id not in used and module.plain(s.value, plain)]
+        if not dead:
+            return
+        for parent in ast.walk(fn):
+            for attr in ("body", "orelse", "finalbody"):
+                stmts = getattr(parent, attr, None)
+                if isinstance(stmts, list) and any(s in dead for s in stmts):
+                    setattr(parent, attr, [s for s in stmts if s not in dead] or [ast.Pass()])
+
+
+def _site_of(stmt: ast.stmt) -> int:
+    assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+    site = stmt.value.args[-1]
+    assert isinstance(site, ast.Constant)
+    return int(site.value)
+
+
+def _assigned_names(fn: ast.FunctionDef) -> set[str]:
+    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _observe_sites(fn: ast.FunctionDef, sites: set[int]) -> list[ast.Expr]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+            and getattr(n.value.func, "id", "") == "observe" and _site_of(n) in sites]
+
+
+def _segments(fn: ast.FunctionDef, dropped: dict[int, set[str]], data_names: set[str]) -> list[set[int]]:
+    """Group the assertion sites so that no group loads a data name that one of its own sites expected.
+
+    Statements that are not observations run in every segment, so what they load counts for all.
+    """
+    observations = _observe_sites(fn, set(dropped))
+    shared_loads = _loaded_names([s for s in fn.body if s not in observations]) & data_names
+    groups: list[tuple[set[int], set[str], set[str]]] = []
+    for stmt in observations:
+        site = _site_of(stmt)
+        loads = _loaded_names([stmt]) & data_names
+        expects = dropped[site] & data_names
+        for sites, group_loads, group_expects in groups:
+            if not loads & group_expects and not expects & group_loads:
+                sites.add(site)
+                group_loads |= loads
+                group_expects |= expects
+                break
+        else:
+            groups.append(({site}, loads | shared_loads, set(expects)))
+    return [sites for sites, _, _ in groups] or [set()]
+
+
+def _unsplittable(fn: ast.FunctionDef, dropped: dict[int, set[str]], data_names: set[str]) -> set[str]:
+    """Expected data names that a non-observation statement loads: no segmentation can hide them."""
+    observations = _observe_sites(fn, set(dropped))
+    shared_loads = _loaded_names([s for s in fn.body if s not in observations]) & data_names
+    return shared_loads & set().union(*dropped.values()) if dropped else set()
+
+
+def _keep_sites(fn: ast.FunctionDef, keep: set[int], all_sites: set[int]) -> None:
+    """Remove the observations of other segments (and blocks left empty)."""
+    drop = {id(s) for s in _observe_sites(fn, all_sites - keep)}
+    for parent in ast.walk(fn):
+        for attr in ("body", "orelse", "finalbody"):
+            stmts = getattr(parent, attr, None)
+            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
+                setattr(parent, attr, [s for s in stmts if id(s) not in drop] or [ast.Pass()])
+
+
+def _defined(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.FunctionDef | ast.ClassDef):
+        return {node.name}
+    if isinstance(node, ast.Assign):
+        return {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _prune_module(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Drop module-level constants and helpers that no remaining test, fixture or kept helper uses."""
+    roots = [n for n in body if isinstance(n, ast.FunctionDef) and (n.name.startswith("test_") or n.decorator_list)]
+    needed = _loaded_names(roots)  # type: ignore[arg-type]
+    definitions = {name: node for node in body for name in _defined(node)}
+    frontier = set(needed)
+    while frontier:
+        name = frontier.pop()
+        node = definitions.get(name)
+        if node is None:
+            continue
+        for ref in _loaded_names([node]) - needed:
+            needed.add(ref)
+            frontier.add(ref)
+    return [n for n in body if not _defined(n) or n in roots or _defined(n) & needed]

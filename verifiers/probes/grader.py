@@ -1,0 +1,180 @@
+"""Grade a submission with observation probes: the trusted orchestration around a sandbox.
+
+The envhub process holds the expected observations and never sends them anywhere. Into a
+*fresh* grading sandbox it writes the submission, the probe modules (tests without expected
+values, :mod:`.compiler`), the probe runtime and runner; it runs the runner there with a wall
+limit and compares the runner's stdout with the gold observations (:mod:`.compare`).
+
+Whatever the submission does in that sandbox -- crash or kill the runner, flood, hang, fork,
+forge output -- can only make its own tests fail: the result is built from the runner's output
+alone, a missing or garbled result is a failed test, and a broken grading run is the
+submission's failure (``wrong_answer`` with the reason), never an infrastructure outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envhub.sandboxes.base import ExecResult, Sandbox
+
+from .compare import TestVerdict, judge, read_report
+from .compiler import Probe, compile_tests
+
+PROBE_DIR = ".envhub_probe"
+RUNTIME_MODULE = "envhub_probe"
+RUNNER_FILE = "envhub_probe_runner.py"
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The runner's interpreter flags: no user site, no script dir on sys.path (the plan decides the
+#: path); not ``-I``, which would also ignore the fixed PYTHONHASHSEED that makes set and dict
+#: orders -- and so observations -- the same as when the gold was recorded.
+PYTHON_FLAGS = ("-s", "-P")
+RUNNER_ENV = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+DEFAULT_PRELOAD = ("collections", "dataclasses", "datetime", "decimal", "enum", "fractions", "functools",
+                   "heapq", "itertools", "json", "math", "re", "string", "typing")
+
+
+def runtime_source() -> str:
+    return (PACKAGE_DIR / "runtime.py").read_text(encoding="utf-8")
+
+
+def runner_source() -> str:
+    return (PACKAGE_DIR / "runner.py").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ProbeTest:
+    """Where one hidden test lives in the probes: its module, pytest function and parametrize rows
+    (``indices``: argument name -> row of the table that binds it, as pytest's ``callspec.indices``)."""
+
+    module: str
+    function: str
+    indices: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ProbeSuite:
+    """A project's compiled probes, the map from test ids to probe calls, and the gold's observations
+    (``expected[test_id]``: one ``{"status", "observations"}`` per segment of the test)."""
+
+    probes: dict[str, Probe]
+    tests: dict[str, ProbeTest]
+    expected: dict[str, list[dict[str, Any]]]
+
+    @classmethod
+    def compile(cls, tests: dict[str, str], layout: dict[str, ProbeTest],
+                expected: dict[str, list[dict[str, Any]]] | None = None) -> ProbeSuite:
+        return cls({path: compile_tests(path, text) for path, text in sorted(tests.items())}, layout, expected or {})
+
+    def fingerprint(self) -> str:
+        """What the expected observations were recorded against: probes, runtime and runner."""
+        h = hashlib.sha256()
+        for path, probe in sorted(self.probes.items()):
+            h.update(path.encode() + b"\0" + probe.source.encode() + b"\0")
+        h.update(runtime_source().encode() + b"\0" + runner_source().encode())
+        return h.hexdigest()
+
+
+@dataclass
+class ProbeRun:
+    """Per-test verdicts of one grading run, and what the run looked like from outside."""
+
+    verdicts: dict[str, TestVerdict]
+    exit_code: int | None = None
+    timed_out: bool = False
+    complete: bool = False
+    anomalies: list[str] = field(default_factory=list)
+    output_tail: str = ""
+
+    def passed(self, tests: list[str]) -> list[str]:
+        return [t for t in tests if self.verdicts.get(t, TestVerdict(False, "")).passed]
+
+    def failed(self) -> list[str]:
+        return sorted(t for t, v in self.verdicts.items() if not v.passed)
+
+
+def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float, paths: tuple[str, ...] = ("src",),
+         max_bytes: int = 4 * 1024 * 1024) -> tuple[dict[str, Any], dict[int, tuple[str, int]]]:
+    """The runner's plan for ``tests`` and the map from its opaque indices to (test id, segment).
+
+    One batch per probe function (a test's parametrized cases run in one child, in order). No
+    test id goes into the plan: ids embed parametrize values, expected ones included.
+    """
+    batches: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    index_of: dict[int, tuple[str, int]] = {}
+    for test_id in sorted(tests):
+        probe_test = suite.tests[test_id]
+        probe = suite.probes[probe_test.module]
+        for segment, function in enumerate(probe.functions(probe_test.function)):
+            index = len(index_of)
+            index_of[index] = (test_id, segment)
+            bound = {name for table in probe.tables.get(function, []) for name in table}
+            batches.setdefault((probe_test.module, function), []).append(
+                {"index": index, "function": function,
+                 "indices": {k: v for k, v in probe_test.indices.items() if k in bound}})
+    return {
+        "probe_dir": PROBE_DIR, "paths": list(paths), "preload": list(DEFAULT_PRELOAD),
+        "timeout_s": timeout_s, "max_bytes": max_bytes,
+        "batches": [{"module": f"{PROBE_DIR}/{module}", "tests": entries}
+                    for (module, _), entries in sorted(batches.items())],
+    }, index_of
+
+
+def probe_files(suite: ProbeSuite, run_plan: dict[str, Any]) -> dict[str, str]:
+    """Everything the grading sandbox gets besides the submission."""
+    files = {f"{PROBE_DIR}/{path}": probe.source for path, probe in suite.probes.items()}
+    files[f"{PROBE_DIR}/{RUNTIME_MODULE}.py"] = runtime_source()
+    files[f"{PROBE_DIR}/{RUNNER_FILE}"] = runner_source()
+    files[f"{PROBE_DIR}/plan.json"] = json.dumps(run_plan)
+    return files
+
+
+def runner_command(python: str = "python3") -> list[str]:
+    return [python, *PYTHON_FLAGS, f"{PROBE_DIR}/{RUNNER_FILE}", f"{PROBE_DIR}/plan.json"]
+
+
+def verdicts_from_output(suite: ProbeSuite, index_of: dict[int, tuple[str, int]], stdout: str) -> ProbeRun:
+    """Judge every planned test from the runner's stdout (the only thing that is read back).
+
+    A test split into segments passes when every segment does."""
+    reported = read_report(stdout, set(index_of))
+    run = ProbeRun(verdicts={}, complete=reported.done)
+    for index, (test_id, segment) in index_of.items():
+        rules = {str(k): v for k, v in suite.probes[suite.tests[test_id].module].sites.items()}
+        verdict = judge(reported, index, suite.expected[test_id][segment], rules)
+        if run.verdicts.get(test_id, verdict).passed:
+            run.verdicts[test_id] = verdict
+    if reported.duplicated:
+        run.anomalies.append(f"{len(reported.duplicated)} tests reported more than once")
+    if reported.undecodable or reported.unknown:
+        run.anomalies.append(f"{reported.undecodable} undecodable and {reported.unknown} unknown output lines")
+    return run
+
+
+def run_probes(sandbox: Sandbox, suite: ProbeSuite, *, files: dict[str, str], tests: list[str],
+               timeout: float = 120.0, batch_timeout: float = 20.0) -> ProbeRun:
+    """Write ``files`` (the submission) and the probes into ``sandbox``, run ``tests``, judge them.
+
+    ``sandbox`` must be fresh: nothing an agent touched. Exceptions from the sandbox after the
+    submission started running are the submission's doing and come back as failed tests.
+    """
+    missing = [t for t in tests if t not in suite.expected or t not in suite.tests]
+    if missing:
+        raise ValueError(f"no recorded observations for {len(missing)} tests, e.g. {missing[0]}")
+    run_plan, index_of = plan(suite, tests, timeout_s=batch_timeout)
+    sandbox.write_files({**files, **probe_files(suite, run_plan)})
+    try:
+        result: ExecResult = sandbox.exec(runner_command(), timeout=timeout, env=RUNNER_ENV)
+    except Exception as exc:  # the submission brought the grading sandbox down
+        run = verdicts_from_output(suite, index_of, "")
+        run.anomalies.append(f"the grading run broke: {exc}")
+        return run
+    run = verdicts_from_output(suite, index_of, result.stdout)
+    run.exit_code, run.timed_out = result.exit_code, result.timed_out
+    run.output_tail = result.stderr[-2000:]
+    if result.truncated:
+        run.anomalies.append("the runner's output was cut at the sandbox's output limit")
+    return run

@@ -1,0 +1,109 @@
+"""Record what the gold sources observe: the expected side of probe grading (build time, trusted).
+
+For a project (``src/`` plus a pytest ``tests/`` suite) this
+
+1. collects the suite with pytest to learn every test id and, for parametrized tests, which row
+   of which table it runs (``callspec.indices``) -- the probes carry no ids;
+2. compiles the tests into probes and runs them on the *gold* sources with the same runner, flags
+   and hash seed as grading, twice: both runs must agree (an observation that depends on time or
+   memory addresses would fail correct fixes) and every test must end ``ok``;
+3. returns the layout and the observations, to be stored where no sandbox can read them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .compare import read_report
+from .compiler import Probe
+from .grader import RUNNER_ENV, ProbeSuite, ProbeTest, plan, probe_files, runner_command
+
+_COLLECTOR = r'''
+import json, sys
+import pytest
+
+class _Dump:
+    def __init__(self):
+        self.items = []
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            spec = getattr(item, "callspec", None)
+            self.items.append([item.nodeid, item.path.relative_to(session.config.rootpath).as_posix(),
+                               item.originalname, dict(spec.indices) if spec else {}])
+
+dump = _Dump()
+code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-c", "/dev/null", "--rootdir", ".",
+                    "tests"], plugins=[dump])
+sys.stdout.write("\n@@ENVHUB@@" + json.dumps(dump.items) + "\n")
+sys.exit(int(code))
+'''
+
+
+class RecordError(RuntimeError):
+    """The gold sources do not give clean, repeatable observations (fix the project or its tests)."""
+
+
+def collect_layout(project_root: Path, probes: dict[str, Probe]) -> dict[str, ProbeTest]:
+    """Every test id of the project's suite and where it lives in the probes."""
+    env = {**os.environ, "PYTHONPATH": str(project_root.resolve() / "src"), "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run([sys.executable, "-c", _COLLECTOR], cwd=project_root, env=env, capture_output=True,
+                          text=True, timeout=120)
+    if proc.returncode != 0 or "@@ENVHUB@@" not in proc.stdout:
+        raise RecordError(f"{project_root.name}: collection failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    layout: dict[str, ProbeTest] = {}
+    for node_id, path, function, indices in json.loads(proc.stdout.rsplit("@@ENVHUB@@", 1)[1]):
+        probe = probes[path]
+        bound = {name for f in probe.functions(function) for table in probe.tables[f] for name in table}
+        layout[node_id] = ProbeTest(module=path, function=function,
+                                    indices={k: int(v) for k, v in indices.items() if k in bound})
+    return layout
+
+
+def run_on_host(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str = sys.executable,
+                timeout: float = 600.0) -> dict[str, list[dict[str, Any]]]:
+    """Run ``tests`` on ``sources`` in a temporary directory with a plain subprocess (trusted code only):
+    per test, one ``{"status", "observations", "detail"}`` per segment."""
+    run_plan, index_of = plan(suite, tests, timeout_s=60.0)
+    root = Path(tempfile.mkdtemp(prefix="envhub-record-"))
+    try:
+        for rel, text in {**sources, **probe_files(suite, run_plan)}.items():
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        proc = subprocess.run(runner_command(python), cwd=root, env={"PATH": os.environ.get("PATH", ""), **RUNNER_ENV},
+                              capture_output=True, text=True, timeout=timeout)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    reported = read_report(proc.stdout, set(index_of))
+    if not reported.done:
+        raise RecordError(f"the runner did not finish (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for index, (test_id, _segment) in sorted(index_of.items()):
+        got = reported.results.get(index, {"status": "missing", "observations": []})
+        out.setdefault(test_id, []).append({"status": got.get("status"), "observations": got.get("observations"),
+                                            "detail": got.get("detail", "")})
+    return out
+
+
+def record_project(project_root: Path, sources: dict[str, str], tests: dict[str, str]) -> ProbeSuite:
+    """Compile, lay out and record one project's suite from its gold sources."""
+    suite = ProbeSuite.compile(tests, {})
+    suite.tests = collect_layout(project_root, suite.probes)
+    ids = sorted(suite.tests)
+    first, second = run_on_host(suite, sources, ids), run_on_host(suite, sources, ids)
+    bad = [f"{t}: {seg['status']} {str(seg['detail'])[:300]}" for t in ids for seg in first[t] if seg["status"] != "ok"]
+    if bad:
+        raise RecordError(f"{project_root.name}: gold probes did not all pass:\n" + "\n".join(bad[:10]))
+    unstable = [t for t in ids if [s["observations"] for s in first[t]] != [s["observations"] for s in second[t]]]
+    if unstable:
+        raise RecordError(f"{project_root.name}: observations differ between two gold runs: {unstable[:5]}")
+    suite.expected = {t: [{"status": "ok", "observations": s["observations"]} for s in first[t]] for t in ids}
+    return suite
