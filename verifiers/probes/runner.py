@@ -1,0 +1,498 @@
+"""The in-sandbox probe runner: runs probe tests in isolated children and reports what they observed.
+
+Stdlib only; copied into the sandbox as ``<probe_dir>/envhub_probe_runner.py`` (the runtime beside
+it as ``envhub_probe.py``) and run as ``python3 -I <it> PLAN``, or as source through the executor's
+``exec_python`` with ``sys.exit(main(PLAN))`` appended. It never imports submitted code, holds no
+expected value and decides no verdict: one compact JSON line per test, then ``{"done": true}``.
+Plan and statuses: /work/notes/probes.md; plan paths are relative to the working directory.
+
+A batch: the parent (child subreaper; not dumpable, so no same-uid process can ptrace it or open
+``/proc/<it>/fd``) forks a child with a fresh pipe: ``setsid``, PDEATHSIG, stdio on /dev/null, no
+other descriptor, RLIMIT_CPU, ``sys.path = [probe_dir, module dir, *paths, *stdlib path]``, then
+the runtime's ``run_batch``. The parent reads the pipe while the child runs (poll, deadline, byte
+cap) until the child exits or closes the pipe, or the deadline or cap is hit; then SIGKILLs the
+child's group and every remaining descendant (orphans come back to the subreaper) until it has
+no child left, reaping all; only then it drains the pipe and parses the frames. Each kill goes
+through a pidfd after re-checking the ``/proc/<pid>/stat`` ppid chain up to the runner: on the
+process backend there is no pid namespace, and only our descendants are ever signalled.
+
+Decisions beyond the contract:
+
+* Frames come in test order: the current test (first not yet ended) sends observations, then its
+  end. A frame for an ended test (or a second end) makes it ``"late"``; a frame naming no test of
+  the batch after all ended makes all ``"late"``; a frame for a later test makes that test
+  ``"malformed"``; an undecodable or unattributable frame (or JSON deeper than MAX_JSON_DEPTH) the
+  current test, a length over ``max_bytes`` the current and all later ones. The first bad status sticks.
+* A batch that ends early (``"timeout"``, ``"flood"``, ``"crashed"``: the child exited or closed the
+  pipe) gives that status to every test not yet ended ("not run: ..." if it never started). If
+  descendants survive SIGKILL for KILL_GRACE_S (only another uid's could), all tests are ``"crashed"``.
+* ``"stats": true`` in the plan: one JSON line of timings per batch on stderr.
+* Without ``prctl`` (no subreaper) the group and still-attached descendants are killed, but an
+  orphan that also left the group escapes: a gap of that configuration only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
+import types
+from typing import Any
+
+HEADER = struct.Struct(">I")
+CHUNK = 65536
+KILL_GRACE_S = 3.0
+#: deeper than anything the runtime encodes (about 3 JSON levels per encoding level, 13 levels)
+MAX_JSON_DEPTH = 64
+RUNTIME_MODULE = "envhub_probe"
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
+
+
+class PlanError(ValueError):
+    """The plan (written by the trusted side) is unusable."""
+
+
+# ---- plan -----------------------------------------------------------------------------------------
+
+def load_plan(path: str) -> dict[str, Any]:
+    """Read and check the plan; paths come back absolute (relative ones are taken from the cwd)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            plan = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"cannot read the plan {path}: {exc}") from exc
+
+    def need(cond: Any, what: str) -> None:
+        if not cond:
+            raise PlanError(f"bad plan: {what}")
+
+    def strings(value: Any) -> bool:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+    need(isinstance(plan, dict) and isinstance(plan.get("probe_dir"), str), "no probe_dir string")
+    need(strings(plan.get("paths", [])) and strings(plan.get("preload", [])), "paths/preload: lists of strings")
+    timeout, cap = plan.get("timeout_s", 10.0), plan.get("max_bytes", 1048576)
+    need(type(timeout) in (int, float) and 0 < timeout < 86400, "timeout_s must be a positive number")
+    need(type(cap) is int and cap > 0, "max_bytes must be a positive integer")
+    need(isinstance(plan.get("batches"), list), "batches must be a list")
+    seen: set[int] = set()
+    batches = []
+    for batch in plan["batches"]:
+        need(isinstance(batch, dict) and isinstance(batch.get("module"), str), "a batch without a module path")
+        need(isinstance(batch.get("tests"), list), "a batch without a tests list")
+        for test in batch["tests"]:
+            need(isinstance(test, dict) and type(test.get("index")) is int, "a test without an integer index")
+            need(test["index"] not in seen, f"test index {test['index']} appears twice")
+            seen.add(test["index"])
+            need(isinstance(test.get("function"), str) and test["function"], "a test without a function")
+            indices = test.setdefault("indices", {})
+            need(isinstance(indices, dict) and all(type(v) is int and v >= 0 for v in indices.values()),
+                 "indices must map names to row numbers")
+        batches.append({"module": os.path.abspath(batch["module"]), "tests": batch["tests"]})
+    return {"probe_dir": os.path.abspath(plan["probe_dir"]), "paths": [os.path.abspath(p) for p in plan.get("paths", [])],
+            "preload": plan.get("preload", []), "timeout_s": float(timeout), "max_bytes": cap,
+            "batches": batches, "stats": bool(plan.get("stats"))}
+
+
+# ---- the parent -----------------------------------------------------------------------------------
+
+def _libc() -> Any:
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True)
+    return None
+
+
+class Runner:
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self.libc = _libc()
+        self.subreaper = self._prctl(PR_SET_CHILD_SUBREAPER, 1)
+        self._prctl(PR_SET_DUMPABLE, 0)
+        self.pid = os.getpid()
+        self.stuck: set[int] = set()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # SIG_IGN would auto-reap and hide exit statuses
+        sys.dont_write_bytecode = True
+        self.base_path = _trusted_path(sys.path, [*plan["paths"], os.getcwd()])
+        sys.path[:] = self.base_path
+        for name in plan["preload"]:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+        self.runtime = self._load_runtime()
+
+    def _prctl(self, option: int, value: int) -> bool:
+        with contextlib.suppress(Exception):
+            return self.libc.prctl(option, value, 0, 0, 0) == 0
+        return False
+
+    def _load_runtime(self) -> types.ModuleType:
+        path = os.path.join(self.plan["probe_dir"], RUNTIME_MODULE + ".py")
+        if not os.path.isfile(path):
+            raise PlanError(f"no probe runtime at {path}")
+        spec = importlib.util.spec_from_file_location(RUNTIME_MODULE, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[RUNTIME_MODULE] = module
+        spec.loader.exec_module(module)
+        return module
+
+    def run(self) -> None:
+        for number, batch in enumerate(self.plan["batches"]):
+            try:
+                records = self.run_batch(batch, number)
+            except Exception as exc:  # a runner bug must not hide the other batches
+                import traceback
+
+                traceback.print_exc()
+                records = [_record(t["index"], "crashed", f"runner error: {exc!r}"[:300]) for t in batch["tests"]]
+            for record in records:
+                sys.stdout.write(_line(record))
+            sys.stdout.flush()
+        sys.stdout.write('{"done":true}\n')
+        sys.stdout.flush()
+
+    def run_batch(self, batch: dict[str, Any], number: int) -> list[dict[str, Any]]:
+        tests, t0 = batch["tests"], time.monotonic()
+        deadline = t0 + self.plan["timeout_s"]
+        sys.stdout.flush()  # nothing buffered may be inherited by the child
+        sys.stderr.flush()
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = self._fork()
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            return [_record(t["index"], "crashed", f"could not fork: {exc}") for t in tests]
+        if pid == 0:  # pragma: no cover - the child
+            _child(self, batch, write_fd)
+        os.close(write_fd)
+        try:
+            data, cause = self._collect(pid, read_fd, deadline)
+            t1 = time.monotonic()
+            status, clean = self._kill_tree(pid)
+            t2 = time.monotonic()
+            if cause != "flood":  # what the batch wrote before it ended, read once all writers are dead
+                data += self._drain(read_fd, self.plan["max_bytes"] - len(data) + 1)
+                if len(data) > self.plan["max_bytes"]:
+                    cause = "flood"
+        finally:
+            os.close(read_fd)
+        if self.plan["stats"]:
+            sys.stderr.write(json.dumps({"batch": number, "tests": len(tests), "run_s": round(t1 - t0, 6),
+                                         "kill_s": round(t2 - t1, 6), "bytes": len(data)}) + "\n")
+        if not clean:
+            return [_record(t["index"], "crashed", f"processes of the batch survived SIGKILL for {KILL_GRACE_S}s")
+                    for t in tests]
+        return judge(tests, data, self._cause_detail(cause, status), self.plan["max_bytes"])
+
+    def _fork(self) -> int:
+        for attempt in range(20):  # EAGAIN: the pids limit, still full of a fork bomb's remains
+            with contextlib.suppress(BlockingIOError):
+                return os.fork()
+            self._reap()
+            time.sleep(0.005 * (attempt + 1))
+        return os.fork()
+
+    def _collect(self, pid: int, fd: int, deadline: float) -> tuple[bytearray, str]:
+        """Read frames until ``timeout``, ``flood``, the child's ``exit`` or the pipe's ``eof``."""
+        data, cap, exit_fd = bytearray(), self.plan["max_bytes"], _pidfd(pid)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if exit_fd is not None:
+            poller.register(exit_fd, select.POLLIN)
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return data, "timeout"
+                wait_ms = remaining * 1000 if exit_fd is not None else min(remaining * 1000, 5.0)
+                events = poller.poll(max(1, int(wait_ms + 1)))
+                exited = False
+                for ready, _ in events:
+                    if ready == fd:
+                        chunk = os.read(fd, CHUNK)
+                        if not chunk:
+                            return data, "eof"
+                        data += chunk
+                        if len(data) > cap:
+                            return data, "flood"
+                    else:
+                        exited = True
+                # without a pidfd: poll, never reaping (the zombie keeps the pgid reserved)
+                if exited or (exit_fd is None and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)):
+                    return data, "exit"
+        finally:
+            if exit_fd is not None:
+                os.close(exit_fd)
+
+    @staticmethod
+    def _drain(fd: int, limit: int) -> bytes:
+        """What is left in the pipe once every writer is dead (or at most ``limit`` bytes of it)."""
+        os.set_blocking(fd, False)
+        out = bytearray()
+        with contextlib.suppress(BlockingIOError):  # a surviving writer (only when the kill failed)
+            while len(out) < limit and (chunk := os.read(fd, CHUNK)):
+                out += chunk
+        return bytes(out)
+
+    def _kill_tree(self, pid: int) -> tuple[int | None, bool]:
+        """SIGKILL the child's group and all our descendants, reap them all; (child status, all gone)."""
+        status = None
+        leader_alive = True  # until reaped, the leader's zombie keeps its pgid from being reused
+        end = time.monotonic() + KILL_GRACE_S
+        pause = 0.0002
+        while True:
+            if leader_alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            reaped, none_left = self._reap()
+            if pid in reaped:
+                status, leader_alive = reaped[pid], False
+            if none_left:
+                return status, True
+            live = [p for p in descendants(self.pid) if p not in self.stuck]
+            if not live and not leader_alive:
+                return status, True
+            for victim in live:
+                _kill_descendant(victim, self.pid)
+            if time.monotonic() > end:
+                self.stuck.update(live)
+                return status, False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
+
+    @staticmethod
+    def _reap() -> tuple[dict[int, int], bool]:
+        """Collect every exited child: ({pid: wait status}, True when no child is left at all)."""
+        reaped = {}
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return reaped, True
+            if pid == 0:
+                return reaped, False
+            reaped[pid] = status
+
+    def _cause_detail(self, cause: str, status: int | None) -> tuple[str, str]:
+        if cause == "timeout":
+            return "timeout", f"the batch ran past its {self.plan['timeout_s']:g}s limit"
+        if cause == "flood":
+            return "flood", f"the batch sent more than {self.plan['max_bytes']} bytes of frames"
+        if status is not None and os.WIFEXITED(status):
+            how = f"exited with code {os.WEXITSTATUS(status)}"
+        elif cause == "eof" or status is None:  # then it was our SIGKILL
+            how = "closed its frame channel"
+        else:
+            how = f"was killed by signal {os.WTERMSIG(status)}"
+        return "crashed", f"the test process {how} before the test ended"
+
+
+def _trusted_path(path: list[str], untrusted: list[str]) -> list[str]:
+    """``path`` without relative entries and without anything under an untrusted directory (the
+    submission's roots, the work dir): the parent must not be able to import submitted code."""
+    roots = [os.path.abspath(u) for u in untrusted if os.path.abspath(u) != "/"]
+    return [p for p in path if os.path.isabs(p) and not any(p == r or p.startswith(r + os.sep) for r in roots)]
+
+
+def _pidfd(pid: int) -> int | None:
+    with contextlib.suppress(AttributeError, OSError):
+        return os.pidfd_open(pid)
+    return None
+
+
+def _ppid(pid: int) -> tuple[int, bool]:
+    """(parent pid, is a zombie) from /proc/<pid>/stat; (0, True) once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[1]), fields[0] == b"Z"
+    except (OSError, IndexError, ValueError):
+        return 0, True
+
+
+def descendants(root: int) -> list[int]:
+    """Live (non-zombie) processes whose ppid chain leads to ``root``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for pid in (int(e) for e in os.listdir("/proc") if e.isdigit()):
+        parent, zombie = _ppid(pid)
+        if not zombie:
+            children.setdefault(parent, []).append(pid)
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _descends_from(pid: int, root: int) -> bool:
+    for _ in range(4096):
+        pid = _ppid(pid)[0]
+        if pid <= 0 or pid == root:
+            return pid == root
+    return False
+
+
+def _kill_descendant(pid: int, root: int) -> None:
+    """SIGKILL ``pid`` if it still descends from ``root``: checked on a pidfd, so no pid reuse can
+    redirect the signal to an unrelated process (without pidfds a tiny race remains)."""
+    handle = _pidfd(pid)
+    try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if _descends_from(pid, root):
+                signal.pidfd_send_signal(handle, signal.SIGKILL) if handle is not None else os.kill(pid, signal.SIGKILL)
+    finally:
+        if handle is not None:
+            os.close(handle)
+
+
+# ---- judging the frames (parent) ------------------------------------------------------------------
+
+def _record(index: int, status: str, detail: str, observations: list | None = None) -> dict[str, Any]:
+    return {"index": index, "status": status, "observations": observations or [], "detail": detail}
+
+
+def _line(record: dict[str, Any]) -> str:
+    try:
+        return json.dumps(record, ensure_ascii=True, separators=(",", ":")) + "\n"
+    except (ValueError, RecursionError):
+        return _line(_record(record["index"], "malformed", "observations could not be re-encoded"))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return True
+        if isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+    return False
+
+
+def frames(data: bytes, limit: int) -> tuple[list[Any], bool]:
+    """Decode the length-prefixed frames: (frames, stream corrupt). An undecodable frame is None.
+
+    A trailing incomplete frame is dropped (the child was killed mid-write); a length over
+    ``limit`` means the stream is corrupt."""
+    out, pos = [], 0
+    while pos + HEADER.size <= len(data):
+        (size,) = HEADER.unpack_from(data, pos)
+        end = pos + HEADER.size + size
+        if end > len(data):
+            return out, size > limit  # cut by a kill, unless the header itself is absurd
+        try:
+            frame = json.loads(data[pos + HEADER.size:end].decode("utf-8"), parse_constant=_no_constant)
+            out.append(None if _too_deep(frame) else frame)
+        except (ValueError, RecursionError):
+            out.append(None)
+        pos = end
+    return out, False
+
+
+def judge(tests: list[dict[str, Any]], data: bytes, ending: tuple[str, str], limit: int) -> list[dict[str, Any]]:
+    """Per-test records of one batch from its frames; ``ending`` is (status, detail) for unended tests."""
+    order = [t["index"] for t in tests]
+    where = {index: n for n, index in enumerate(order)}
+    obs: dict[int, list] = {i: [] for i in order}
+    ended: dict[int, tuple[str, str]] = {}
+    bad: dict[int, tuple[str, str]] = {}
+    current = 0  # position in ``order`` of the test frames are expected for
+
+    def mark(index: int, status: str, detail: str) -> None:
+        bad.setdefault(index, (status, detail))
+
+    decoded, corrupt = frames(data, limit)
+    for frame in decoded:
+        if not (isinstance(frame, list) and len(frame) >= 2 and type(frame[0]) is int and frame[0] in where):
+            if current < len(order):
+                mark(order[current], "malformed", "an undecodable or unattributable frame")
+            else:
+                for index in order:
+                    mark(index, "late", "a frame after the batch ended")
+            continue
+        index = frame[0]
+        if index in ended:
+            mark(index, "late", "a frame after the test ended")
+            continue
+        if where[index] != current:
+            mark(index, "malformed", "a frame before the test started")
+            continue
+        kind = frame[1]
+        if kind == "end" and len(frame) == 2:
+            ended[index] = ("ok", "")
+            current += 1
+        elif kind == "raised" and len(frame) in (3, 4) and all(isinstance(f, str) for f in frame[2:]):
+            ended[index] = ("raised", ": ".join(frame[2:])[:500])
+            current += 1
+        elif type(kind) is int and len(frame) == 3:
+            obs[index].append([kind, frame[2]])
+        else:
+            mark(index, "malformed", "a frame of unknown shape")
+    if corrupt:
+        for index in order[current:]:
+            mark(index, "malformed", "the frame stream is corrupt")
+    unended = {i: ending if n == current else (ending[0], f"not run: {ending[1]}") for n, i in enumerate(order)}
+    return [_record(i, *(bad.get(i) or ended.get(i) or unended[i]), obs[i]) for i in order]
+
+
+# ---- the child ------------------------------------------------------------------------------------
+
+def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pragma: no cover
+    """Run the batch's tests with frames to ``write_fd``; never returns."""
+    try:
+        os.setsid()
+        if runner.libc is not None:
+            runner.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != runner.pid:
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2 and int(name) != write_fd:
+                with contextlib.suppress(OSError):
+                    os.close(int(name))
+        cpu = int(runner.plan["timeout_s"]) + 1
+        with contextlib.suppress(ValueError, OSError):
+            hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+            soft = cpu if hard == resource.RLIM_INFINITY else min(cpu, hard)
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, soft if hard != resource.RLIM_INFINITY else soft + 1))
+        module_dir = os.path.dirname(batch["module"])
+        sys.path[:] = [runner.plan["probe_dir"], module_dir, *runner.plan["paths"], *runner.base_path]
+        runner.runtime.bind(write_fd)
+        runner.runtime.run_batch(batch["module"], batch["tests"])
+    finally:
+        os._exit(0)
+
+
+def main(plan_path: str) -> int:
+    """Run the plan at ``plan_path``; 0 once every test was reported, 2 for an unusable plan."""
+    try:
+        runner = Runner(load_plan(plan_path))
+    except PlanError as exc:
+        sys.stderr.write(f"envhub probe runner: {exc}\n")
+        return 2
+    runner.run()
+    return 0
+
+
+if __name__ == "__main__" and len(sys.argv) > 1:
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: envhub_probe_runner.py PLAN_PATH\n")
+        sys.exit(2)
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,496 @@
+"""What a probe module imports inside the grading sandbox (there it is the module ``envhub_probe``).
+
+Standard library only; nothing here holds an expected value. A probe *observes* values; the
+observations leave the process as frames over a pipe that the runner (``runner.py``) reads.
+Probe API (contract: /work/notes/probes.md): ``observe(value, site)``, ``with raises(site,
+message=False) as info``, ``@cases("a, b", rows)``, ``@fixture``, ``encode``, ``NotRaised``.
+Runner API (never used by probes): ``bind(fd)`` -- where frames go; ``begin(index)`` -- the test
+frames belong to; ``send(frame)`` -- one frame, 4-byte big-endian length + compact ASCII JSON;
+``run_batch(path, tests)`` -- import a probe module and run plan tests, each ended by a frame
+``[i, "end"]`` or ``[i, "raised", qualname, detail]``.
+
+Encoding decisions beyond the contract's table:
+
+* No method, property or ``__getattribute__`` of a submitted object is called: types are read
+  through ``type``'s own descriptors, state through the ``__dict__`` getset and the slot member
+  descriptors in the class dicts along the MRO (a ``__dict__`` property shows as no dict);
+  containers are iterated with the builtin's C slots, nothing submitted is hashed.
+* ``raises`` sends its observations raw: ``["raised", qualname, encode(args) | None]``, ``["not raised"]``.
+* ``complex`` -> ``["complex", repr(real), repr(imag)]``; a class -> ``["class", qualname(cls)]``.
+* Sets and dict items are sorted by the compact JSON of their encoded key (then value).
+* A subclass of int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset or
+  Decimal is an ``"object"`` whose attributes include the builtin value under ``"(<base name>)"``
+  (a namedtuple or Counter is not vacuous). Attribute names are dict keys / slot member names.
+  No dict, no set slot, no builtin value: ``["opaque", qualname]``.
+* A ``datetime``/``time`` whose tzinfo is neither None nor exactly ``datetime.timezone``:
+  ``[type, naive isoformat, encode(tzinfo)]`` (its ``utcoffset`` would be submitted code).
+* A value nested deeper than 12 levels (the observed value is level 0) becomes ``["truncated"]``
+  where it sits (a cycle: 12 levels, then ``["truncated"]``); over 20,000 nodes the whole
+  observation is ``["truncated"]``; so is a ``range`` with a bound beyond 2**64. Ints of any
+  size are exact (the int-to-str digit limit is lifted while converting).
+"""
+
+from __future__ import annotations
+
+import contextlib as _contextlib
+import datetime as _dt
+import decimal as _decimal
+import enum as _enum
+import fractions as _fractions
+import functools as _functools
+import importlib.util as _importlib_util
+import json as _json
+import os as _os
+import struct as _struct
+import sys as _sys
+import types as _types
+from typing import Any
+
+__all__ = ["NotRaised", "ProbeError", "cases", "encode", "fixture", "observe", "qualname", "raises"]
+
+MAX_DEPTH = 12
+MAX_NODES = 20_000
+_HEADER = _struct.Struct(">I")
+
+_channel: int | None = None
+_test: int | None = None
+
+_TYPE_MRO = type.__dict__["__mro__"]
+_TYPE_DICT = type.__dict__["__dict__"]
+_TYPE_MODULE = type.__dict__["__module__"]
+_TYPE_QUALNAME = type.__dict__["__qualname__"]
+_EXC_ARGS = BaseException.__dict__["args"]
+_GETSET = _types.GetSetDescriptorType
+_MEMBER = _types.MemberDescriptorType
+_FR_NUM = _fractions.Fraction.__dict__["_numerator"]
+_FR_DEN = _fractions.Fraction.__dict__["_denominator"]
+_DT_TZ = _dt.datetime.__dict__["tzinfo"]
+_TIME_TZ = _dt.time.__dict__["tzinfo"]
+_RANGE_LIMIT = 1 << 64
+
+#: builtin value bases whose value a subclass instance carries (read without the subclass's methods)
+_BASES = {id(c): c for c in (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
+                             _decimal.Decimal)}
+#: exact-type copies of such a value, through the base's own C slots (dict and sets: iterated in place)
+_COPY = {id(c): f for c, f in {
+    int: int.__index__, float: float.__float__, complex: complex.__complex__, str: str.__str__,
+    bytes: lambda x: bytes.__getitem__(x, slice(None)), bytearray: lambda x: bytearray.__getitem__(x, slice(None)),
+    list: list.copy, tuple: lambda x: tuple.__getitem__(x, slice(None)),
+    _decimal.Decimal: lambda x: _decimal.Decimal(_decimal.Decimal.__str__(x)),
+}.items()}
+_OPAQUE = (_types.ModuleType, _types.FunctionType, _types.BuiltinFunctionType, _types.MethodType,
+           _types.MethodWrapperType, _types.WrapperDescriptorType, _types.MethodDescriptorType,
+           _types.ClassMethodDescriptorType, _GETSET, _MEMBER, _types.GeneratorType, _types.CoroutineType,
+           _types.AsyncGeneratorType, _types.CodeType, _types.FrameType, _types.TracebackType,
+           _types.CellType, _functools.partial, property, staticmethod, classmethod)
+
+
+class NotRaised(BaseException):
+    """``raises`` saw no exception: ends the test (status "raised"). Not an ``Exception``."""
+
+
+class ProbeError(Exception):
+    """A test cannot be set up from the plan and its probe module (a compiler or plan bug)."""
+
+
+class _TooBig(Exception):
+    pass
+
+
+def qualname(cls: type) -> str:
+    """``module.qualname`` of a class, read through ``type``'s own descriptors (never a metaclass's)."""
+    module = _TYPE_MODULE.__get__(cls)
+    return f"{module if type(module) is str else '?'}.{_TYPE_QUALNAME.__get__(cls)}"
+
+
+def _dumps(obj: Any) -> str:
+    return _json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
+def _int_text(x: int) -> str:
+    try:
+        return int.__repr__(x)
+    except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+        limit = _sys.get_int_max_str_digits()
+        _sys.set_int_max_str_digits(0)
+        try:
+            return int.__repr__(x)
+        finally:
+            _sys.set_int_max_str_digits(limit)
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.nodes = 0
+
+    def enc(self, x: Any, depth: int) -> list:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _TooBig
+        if depth > MAX_DEPTH:
+            return ["truncated"]
+        cls = type(x)
+        simple = _SIMPLE.get(id(cls))
+        if simple is not None:
+            return simple(x)
+        nested = _NESTED.get(id(cls))
+        if nested is not None:
+            return nested(self, x, depth + 1)
+        return self.other(x, cls, depth + 1)
+
+    def seq(self, x: Any, depth: int) -> list:
+        return [type(x).__name__, [self.enc(v, depth) for v in x]]
+
+    def dict(self, x: dict, depth: int) -> list:
+        items = [[self.enc(k, depth), self.enc(v, depth)] for k, v in dict.items(x)]
+        items.sort(key=lambda kv: (_dumps(kv[0]), _dumps(kv[1])))
+        return ["dict", items]
+
+    def set(self, x: Any, depth: int, base: type | None = None) -> list:
+        base = base or type(x)
+        return [base.__name__, sorted((self.enc(v, depth) for v in base.__iter__(x)), key=_dumps)]
+
+    def dated(self, x: Any, depth: int) -> list:
+        cls = type(x)
+        tz = (_DT_TZ if cls is _dt.datetime else _TIME_TZ).__get__(x)
+        if tz is None or type(tz) is _dt.timezone:
+            return [cls.__name__, cls.isoformat(x)]
+        return [cls.__name__, cls.isoformat(cls.replace(x, tzinfo=None)), self.enc(tz, depth)]
+
+    def base_value(self, x: Any, base: type, depth: int) -> list:
+        copy = _COPY.get(id(base))
+        if copy is not None:
+            return self.enc(copy(x), depth)
+        self.nodes += 1
+        if depth > MAX_DEPTH:
+            return ["truncated"]
+        return self.dict(x, depth + 1) if base is dict else self.set(x, depth + 1, base)
+
+    def other(self, x: Any, cls: type, depth: int) -> list:
+        if issubclass(cls, _enum.Enum):
+            name = [v for k, v in _instance_items(x, cls) if k == "_name_" and type(k) is str]
+            if name and type(name[0]) is str:
+                return ["enum", qualname(cls), name[0]]
+        if issubclass(cls, BaseException):
+            return ["exception", qualname(cls), self.enc(_EXC_ARGS.__get__(x), depth)]
+        if issubclass(cls, type):
+            return ["class", qualname(x)]
+        if issubclass(cls, _OPAQUE):
+            return ["opaque", qualname(cls)]
+        attrs = [[k if type(k) is str else "?" + _dumps(self.enc(k, depth)), self.enc(v, depth)]
+                 for k, v in _instance_items(x, cls)]
+        base = None
+        for klass in _mro(cls):
+            base = base or _BASES.get(id(klass))
+            for name, attr in _TYPE_DICT.__get__(klass).items():  # slots: member descriptors of the class
+                if type(name) is str and type(attr) is _MEMBER and attr.__objclass__ is klass:
+                    with _contextlib.suppress(AttributeError):  # a slot never set
+                        attrs.append([name, self.enc(attr.__get__(x, cls), depth)])
+        if base is not None:
+            attrs.append([f"({base.__name__})", self.base_value(x, base, depth)])
+        if not attrs and _dict_descr(cls) is None:
+            return ["opaque", qualname(cls)]
+        attrs.sort(key=lambda kv: (kv[0], _dumps(kv[1])))
+        return ["object", qualname(cls), attrs]
+
+
+def _mro(cls: type) -> tuple:
+    return _TYPE_MRO.__get__(cls)
+
+
+def _dict_descr(cls: type) -> Any:
+    """The ``__dict__`` getset the class's instances have, or None (no dict, or a non-getset)."""
+    for klass in _mro(cls):
+        attr = _TYPE_DICT.__get__(klass).get("__dict__")
+        if attr is not None:
+            return attr if type(attr) is _GETSET else None
+    return None
+
+
+def _instance_items(x: Any, cls: type) -> list[tuple[Any, Any]]:
+    """The instance dict's items, iterated in place (nothing hashed, no method called)."""
+    descr = _dict_descr(cls)
+    try:
+        found = descr.__get__(x) if descr is not None else None
+    except (TypeError, AttributeError):
+        return []
+    return list(dict.items(found)) if issubclass(type(found), dict) else []
+
+
+def _fraction(x: Any) -> list:
+    num, den = _FR_NUM.__get__(x), _FR_DEN.__get__(x)
+    if type(num) is int and type(den) is int:
+        return ["Fraction", _int_text(num), _int_text(den)]
+    return ["opaque", qualname(type(x))]
+
+
+def _range(x: range) -> list:
+    bounds = [x.start, x.stop, x.step]
+    if any(not -_RANGE_LIMIT < b < _RANGE_LIMIT for b in bounds):
+        return ["truncated"]
+    return ["range", *bounds]
+
+
+_SIMPLE = {id(cls): fn for cls, fn in {
+    type(None): lambda x: ["None"],
+    bool: lambda x: ["bool", x],
+    int: lambda x: ["int", _int_text(x)],
+    float: lambda x: ["float", float.__repr__(x)],
+    complex: lambda x: ["complex", float.__repr__(x.real), float.__repr__(x.imag)],
+    str: lambda x: ["str", x],
+    bytes: lambda x: ["bytes", bytes.hex(x)],
+    bytearray: lambda x: ["bytearray", bytearray.hex(x)],
+    _decimal.Decimal: lambda x: ["Decimal", _decimal.Decimal.__str__(x)],
+    _fractions.Fraction: _fraction,
+    _dt.date: lambda x: ["date", _dt.date.isoformat(x)],
+    _dt.timedelta: lambda x: ["timedelta", x.days, x.seconds, x.microseconds],
+    range: _range,
+}.items()}
+_NESTED = {id(cls): fn for cls, fn in {
+    list: _Encoder.seq, tuple: _Encoder.seq, dict: _Encoder.dict, set: _Encoder.set, frozenset: _Encoder.set,
+    _dt.datetime: _Encoder.dated, _dt.time: _Encoder.dated,
+}.items()}
+
+
+def encode(value: Any) -> list:
+    """The canonical, JSON-serializable encoding of ``value`` (see the module docstring)."""
+    try:
+        return _Encoder().enc(value, 0)
+    except _TooBig:
+        return ["truncated"]
+
+
+# ---- the frame channel (runner side) -------------------------------------------------------------
+
+def bind(fd: int | None) -> None:
+    """Send frames to ``fd`` from now on (``None``: no channel; ``observe`` then raises)."""
+    global _channel
+    _channel = fd
+
+
+def begin(index: int | None) -> None:
+    """Frames sent from now on belong to the test with this plan index."""
+    global _test
+    _test = index
+
+
+def send(frame: list) -> None:
+    """Write one frame at once: 4-byte big-endian length, then compact ASCII JSON."""
+    if _channel is None:
+        raise RuntimeError("envhub_probe: no frame channel (probes run under the probe runner)")
+    body = _dumps(frame).encode("ascii")
+    data = memoryview(_HEADER.pack(len(body)) + body)
+    while data:
+        data = data[_os.write(_channel, data):]
+
+
+# ---- the probe API --------------------------------------------------------------------------------
+
+def observe(value: Any, site: int) -> None:
+    """Encode ``value`` and send it as the observation at ``site`` of the current test."""
+    send([_test, site, encode(value)])
+
+
+class raises:
+    """``with raises(site, message=False) as info:`` -- observe which exception the block raised.
+
+    An ``Exception`` is observed as ``["raised", qualname, encode(args) if message else None]``,
+    suppressed, and kept in ``info.value``. No exception: ``["not raised"]`` is observed and
+    :class:`NotRaised` ends the test. Other ``BaseException``\\ s propagate untouched.
+    """
+
+    def __init__(self, site: int, message: bool = False) -> None:
+        self.site = site
+        self.message = message
+        self.value: BaseException | None = None
+        self.type: type | None = None
+
+    def __enter__(self) -> raises:
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: Any, tb: Any) -> bool:
+        if exc_type is None:
+            send([_test, self.site, ["not raised"]])
+            raise NotRaised(f"no exception at site {self.site}")
+        if not issubclass(exc_type, Exception):
+            return False
+        args = encode(_EXC_ARGS.__get__(exc)) if self.message else None
+        send([_test, self.site, ["raised", qualname(type(exc)), args]])
+        self.value, self.type = exc, type(exc)
+        return True
+
+
+def _argnames(argnames: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    names = argnames.split(",") if isinstance(argnames, str) else list(argnames)
+    cleaned = tuple(n.strip() for n in names if n.strip())
+    if not cleaned or not all(n.isidentifier() for n in cleaned):
+        raise ValueError(f"cases: bad argnames {argnames!r}")
+    return cleaned
+
+
+def cases(argnames: str | list[str] | tuple[str, ...], rows: list) -> Any:
+    """Like ``pytest.mark.parametrize``: appends ``(names, rows)`` to ``func.__probe_cases__``."""
+    names = _argnames(argnames)
+    table = (names, list(rows))
+
+    def mark(func: Any) -> Any:
+        func.__probe_cases__ = [*getattr(func, "__probe_cases__", []), table]
+        return func
+
+    return mark
+
+
+def fixture(func: Any) -> Any:
+    """Mark a module-level function (no arguments, or other fixtures by name) as a fixture.
+
+    Function scope: one value per test, shared by everything that test requests. A generator
+    fixture yields its value once; the rest of it runs after the test as teardown.
+    """
+    func.__probe_fixture__ = True
+    return func
+
+
+# ---- running a batch (the runner's child) ---------------------------------------------------------
+
+def run_batch(path: str, tests: list[dict[str, Any]]) -> None:
+    """Import the probe module at ``path`` and run ``tests`` (plan entries) in order, each framed by
+    ``[i, "end"]`` or ``[i, "raised", qualname, detail]``. Needs :func:`bind` first."""
+    try:
+        name = _os.path.splitext(_os.path.basename(path))[0]
+        spec = _importlib_util.spec_from_file_location(name, path)
+        if spec is None:
+            raise ProbeError(f"cannot import {path}")
+        module = _importlib_util.module_from_spec(spec)
+        _sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        detail = "import failed: " + _describe(exc, path)
+        for test in tests:
+            send([test["index"], "raised", qualname(type(exc)), detail])
+        return
+    for test in tests:
+        begin(test["index"])
+        try:
+            _run_test(module, test)
+        except BaseException as exc:
+            frame = [test["index"], "raised", qualname(type(exc)), _describe(exc, path)]
+        else:
+            frame = [test["index"], "end"]
+        begin(None)
+        send(frame)
+
+
+def _describe(exc: BaseException, path: str) -> str:
+    """A short message for ``exc`` without calling any of its methods, plus the probe line."""
+    args = _EXC_ARGS.__get__(exc)
+    text = ", ".join(a if type(a) is str else _dumps(encode(a)) for a in args[:3])[:300]
+    tb, line = BaseException.__dict__["__traceback__"].__get__(exc), None
+    while type(tb) is _types.TracebackType:
+        if tb.tb_frame.f_code.co_filename == path:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f"{text} (probe line {line})" if line is not None else text
+
+
+def _parameters(func: Any) -> list[tuple[str, bool]]:
+    """(name, has a default) of every parameter a test or fixture takes (``self`` excluded)."""
+    method = type(func) is _types.MethodType
+    target = func.__func__ if method else func
+    code = target.__code__
+    positional = list(code.co_varnames[:code.co_argcount])
+    keyword = list(code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+    with_default = set(positional[len(positional) - len(target.__defaults__ or ()):])
+    with_default |= set(target.__kwdefaults__ or {})
+    return [(name, name in with_default) for name in positional[1 if method else 0:] + keyword]
+
+
+def _resolve(module: Any, dotted: str) -> Any:
+    """``function`` or ``Class.method`` (the class instantiated without arguments)."""
+    head, *rest = dotted.split(".")
+    obj = getattr(module, head)
+    if rest and isinstance(obj, type):
+        obj = obj()
+    for part in rest:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _bind_cases(func: Any, indices: dict[str, int]) -> dict[str, Any]:
+    bound: dict[str, Any] = {}
+    for names, rows in getattr(func, "__probe_cases__", []):
+        rows_at = {indices.get(name) for name in names}
+        if len(rows_at) != 1 or None in rows_at:
+            raise ProbeError(f"the plan's indices do not pick one row of the cases table {names}")
+        row = rows[rows_at.pop()]
+        values = (row,) if len(names) == 1 else tuple(row)
+        if len(values) != len(names):
+            raise ProbeError(f"a row of the cases table {names} has {len(values)} values")
+        bound.update(zip(names, values, strict=True))
+    unbound = set(indices) - set(bound)
+    if unbound:
+        raise ProbeError(f"the plan binds {sorted(unbound)}, which no cases table has")
+    return bound
+
+
+class _Fixtures:
+    """Function-scoped fixtures of one test: one value per name, torn down in reverse order."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.values: dict[str, Any] = {}
+        self.active: set[str] = set()
+        self.teardowns: list[Any] = []
+
+    def get(self, name: str) -> Any:
+        if name in self.values:
+            return self.values[name]
+        func = getattr(self.module, name, None)
+        if func is None or getattr(func, "__probe_fixture__", False) is not True:
+            raise ProbeError(f"no fixture named {name!r}")
+        if name in self.active:
+            raise ProbeError(f"fixture {name!r} depends on itself")
+        self.active.add(name)
+        value = func(**{p: self.get(p) for p, has_default in _parameters(func) if not has_default})
+        if type(value) is _types.GeneratorType:
+            self.teardowns.append(value)
+            value = next(value)
+        self.active.discard(name)
+        self.values[name] = value
+        return value
+
+    def teardown(self) -> None:
+        """Finish every generator fixture; raise the first error after all of them ran."""
+        error = None
+        for gen in reversed(self.teardowns):
+            try:
+                next(gen)
+                error = error or ProbeError("a fixture yielded more than once")
+            except StopIteration:
+                pass
+            except BaseException as exc:
+                error = error or exc
+        self.teardowns.clear()
+        if error is not None:
+            raise error
+
+
+def _run_test(module: Any, test: dict[str, Any]) -> None:
+    func = _resolve(module, test["function"])
+    bound = _bind_cases(func, test["indices"])
+    fixtures = _Fixtures(module)
+    try:
+        kwargs = {}
+        for name, has_default in _parameters(func):
+            if name in bound:
+                kwargs[name] = bound[name]
+            elif not has_default:
+                kwargs[name] = fixtures.get(name)
+        result = func(**kwargs)
+        if type(result) in (_types.CoroutineType, _types.GeneratorType):
+            result.close()
+            raise ProbeError("generator and async tests are not supported")
+    except BaseException:
+        with _contextlib.suppress(BaseException):
+            fixtures.teardown()
+        raise
+    fixtures.teardown()
