@@ -106,6 +106,44 @@ def workdir_path(root: str, path: str) -> str:
     return str(PurePosixPath(root, *parts))
 
 
+class Tree(dict[str, bytes]):
+    """What ``read_tree`` read: relative path -> content of every regular file under it.
+
+    Beside the files: ``left_out`` maps each path that is not in the tree to why (a symlink,
+    FIFO, socket or device node, a file or directory that could not be read, a file over the
+    byte budget, a directory below the depth bound), and ``cut`` holds one line per bound of
+    the walk it hit (entries, depth, bytes), saying what is missing beyond it. A tree the
+    agent made hostile is described this way; it is never an error.
+    """
+
+    def __init__(self, files: dict[str, bytes] | None = None, left_out: dict[str, str] | None = None,
+                 cut: list[str] | None = None) -> None:
+        super().__init__(files or {})
+        self.left_out: dict[str, str] = dict(left_out or {})
+        self.cut: list[str] = list(cut or [])
+
+    @property
+    def complete(self) -> bool:
+        """True when nothing under the directory was left out or cut."""
+        return not self.left_out and not self.cut
+
+
+class Listing(list[str]):
+    """What ``list_files`` found: every non-directory entry, relative and sorted; ``left_out``
+    maps directories it could not list (unreadable, below the depth bound) to why, and ``cut``
+    says which bound of the walk stopped it, as for :class:`Tree`."""
+
+    def __init__(self, names: list[str] | None = None, left_out: dict[str, str] | None = None,
+                 cut: list[str] | None = None) -> None:
+        super().__init__(names or [])
+        self.left_out: dict[str, str] = dict(left_out or {})
+        self.cut: list[str] = list(cut or [])
+
+    def notes(self) -> list[str]:
+        """One line per directory left out and per bound hit, for a tool result."""
+        return [f"[{path}: {why}]" for path, why in sorted(self.left_out.items())] + [f"[{c}]" for c in self.cut]
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """One isolated work directory plus a way to run commands in it.
@@ -135,6 +173,8 @@ class Sandbox(Protocol):
     def read_file(self, path: str) -> bytes: ...
 
     def list_files(self, path: str = ".") -> list[str]: ...
+
+    def read_tree(self, src: str = ".", max_bytes: int = ...) -> dict[str, bytes]: ...
 
     def copy_in(self, host_dir: str, dest: str = ".") -> None: ...
 

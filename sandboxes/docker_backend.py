@@ -19,7 +19,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +104,6 @@ class DockerSandbox(ResidentSandbox):
         super().__init__(spec)
         self.container_id: str | None = None
         self.image: str = self.spec.image or base_image_tag()
-        self.token = uuid.uuid4().hex
 
     def _launch(self) -> Transport:
         global _launched
@@ -127,6 +125,7 @@ class DockerSandbox(ResidentSandbox):
             "wipe_ipc": True,  # its own IPC namespace: SysV objects, /dev/shm, /dev/mqueue
             "oom": "cgroup",
             "limits": self._rlimits(),
+            "token": self.token,
         }
         create, host = container_config(self.spec, self.image, executor_argv("python3", {**config, "preload": list(self.spec.preload)}))
         create["labels"] = {**owner_labels(), "envhub.backend": "docker", LABEL_IMAGE: self.image,
@@ -148,6 +147,16 @@ class DockerSandbox(ResidentSandbox):
             transport.close()
             raise
         return transport
+
+    def _executor_host_pid(self) -> int | None:
+        """The container's PID 1 -- the executor -- in the engine's PID namespace (ours when the
+        engine runs on this host and we are not in a container of our own)."""
+        if not self.container_id:
+            return None
+        try:
+            return int(docker_client().api.inspect_container(self.container_id)["State"]["Pid"]) or None
+        except Exception:
+            return None
 
     def _describe(self) -> str:
         if not self.container_id:

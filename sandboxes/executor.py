@@ -4,18 +4,22 @@ Why it exists: ``docker exec`` costs ~80 ms per call and a fresh ``bwrap`` spawn
 dominates an agent episode of many short tool calls. Instead every backend starts this script
 once, as the sandbox's PID 1 where it can (docker, bwrap ``--as-pid-1``), and talks to it over
 its stdin/stdout. It then runs commands with ``subprocess`` plus rlimits, a wall-clock timeout
-that kills the whole process group, and output caps -- so these semantics are implemented once
-and behave the same in every backend.
+that kills everything the command started, and output caps -- so these semantics are
+implemented once and behave the same in every backend.
 
-It is started as ``python3 -I -c <this file's source> <config json>`` so no image needs it baked
-in. Hence: **stdlib only, Python >= 3.8, no imports from envhub**. The host imports this module
-too, for the path helpers (``safe_write`` and friends); nothing runs at import time.
+It is started as ``python3 -I -c <bootstrap> <helpers...> <this file> <config json>`` (see
+``resident.executor_argv``): the bootstrap loads the helper modules' sources as
+``envhub_fsops``, ``envhub_tarops`` and ``envhub_procs``, then runs this one, so no image needs
+any of them baked in. Hence: **stdlib only, Python >= 3.8, no imports from envhub** in all. The host imports
+this module too (with the helpers from the package); nothing runs at import time.
 
 Protocol: every message is a 4-byte big-endian length followed by that many bytes of UTF-8
 JSON. Requests are ``{"id": n, "op": name, ...}``; replies ``{"id": n, "ok": true, ...}`` or
 ``{"id": n, "ok": false, "kind": k, "error": text}`` with kind one of ``not_found``,
-``bad_path``, ``is_dir``, ``too_large``, ``os_error`` (with ``errno``), ``internal``. Binary payloads are base64.
-The host never pipelines: one request, then its reply.
+``bad_path``, ``is_dir``, ``too_large``, ``os_error`` (with ``errno``), ``internal``. Binary
+payloads are base64. The host never pipelines: one request, then its reply. Nothing the agent
+does to its files or processes makes an op answer ``internal`` (the host's ``SandboxError``):
+walks are bounded and iterative, and file errors are ``os_error`` or ``bad_path`` replies.
 
 Being PID 1 matters: from inside its PID namespace, PID 1 cannot be killed by signals it has no
 handler for (the agent's ``kill -9 1`` does nothing), ``kill(-1, SIGKILL)`` wipes every other
@@ -26,19 +30,25 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import io
 import json
 import os
 import resource
 import selectors
-import shutil
 import signal
-import stat
 import struct
 import subprocess
 import sys
-import tarfile
 import time
+
+if __name__ == "__main__":  # inside a sandbox: the bootstrap loaded the helpers under these names
+    fsops, procs, tarops = (sys.modules[f"envhub_{name}"] for name in ("fsops", "procs", "tarops"))
+else:
+    from envhub.sandboxes import fsops, procs, tarops
+
+# The helpers, under the names the host has always imported from here.
+OpError, rel_parts, open_dir = fsops.OpError, fsops.rel_parts, fsops.open_dir
+safe_write, safe_read, wipe = fsops.safe_write, fsops.safe_read, fsops.wipe
+extract_tar, pack_tar = tarops.extract_tar, tarops.pack_tar
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 512 * 1024 * 1024
@@ -54,259 +64,12 @@ RLIMITS = {
     "core": resource.RLIMIT_CORE,
 }
 OOM_COUNTER_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
-#: SysV IPC kinds: (/proc/sysvipc file, ipcrm flag). They live in the IPC namespace, not in any
-#: directory we wipe, so without this a segment would carry state from one episode to the next.
-SYSV_IPC = (("shm", "-m"), ("sem", "-s"), ("msg", "-q"))
 #: IPC filesystems emptied on reset where the sandbox has its own IPC namespace.
 IPC_DIRS = ("/dev/shm", "/dev/mqueue")
 
 
-class OpError(Exception):
-    """A request the executor refuses (bad path, missing file): a reply, not a crash."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
 class HostGone(Exception):
     """stdin hit EOF: the host process went away, so the sandbox must wind down."""
-
-
-# ---- safe paths ------------------------------------------------------------------------------
-# Every path is walked one component at a time with O_NOFOLLOW, relative to an open directory
-# fd. A symlink the agent planted can therefore never redirect a read or write (ours, or the
-# host's on copy-out) outside the root, whatever it points at.
-
-
-def rel_parts(rel: str) -> list[str]:
-    """Split a root-relative path; refuse absolute paths and ``..``."""
-    if rel.startswith("/"):
-        raise OpError("bad_path", f"path {rel!r} must be relative to the work directory")
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise OpError("bad_path", f"path {rel!r} leaves the work directory")
-    return parts
-
-
-def open_dir(root: str, parts: list[str], create: bool = False) -> int:
-    """Open ``root/parts...`` as a directory fd without following any symlink on the way."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in parts:
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o755, dir_fd=fd)
-            try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                raise OpError("not_found", "no such directory: " + "/".join(parts)) from None
-            except (NotADirectoryError, OSError) as exc:
-                raise OpError("bad_path", f"{part} is not a directory (or is a symlink): {exc}") from None
-            os.close(fd)
-            fd = nfd
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def safe_write(root: str, rel: str, data: bytes, mode: int = 0o644) -> None:
-    """Write a regular file under ``root``; a symlink or file already there is replaced."""
-    parts = rel_parts(rel)
-    if not parts:
-        raise OpError("is_dir", "cannot write to the work directory itself")
-    dfd = open_dir(root, parts[:-1], create=True)
-    try:
-        name = parts[-1]
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except FileNotFoundError:
-            st = None
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            raise OpError("is_dir", f"{rel} is a directory")
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            os.unlink(name, dir_fd=dfd)
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode & 0o777, dir_fd=dfd)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            os.fchmod(fh.fileno(), mode & 0o777)
-    finally:
-        os.close(dfd)
-
-
-def safe_read(root: str, rel: str, max_bytes: int) -> bytes:
-    """Read a regular file under ``root``; symlinks, FIFOs and devices are refused."""
-    parts = rel_parts(rel)
-    if not parts:
-        raise OpError("is_dir", "the work directory is a directory")
-    dfd = open_dir(root, parts[:-1])
-    try:
-        try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
-        except FileNotFoundError:
-            raise OpError("not_found", f"no such file: {rel}") from None
-        except OSError as exc:
-            raise OpError("bad_path", f"cannot open {rel} (a symlink?): {exc.strerror}") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            if stat.S_ISDIR(st.st_mode):
-                raise OpError("is_dir", f"{rel} is a directory")
-            raise OpError("bad_path", f"{rel} is not a regular file")
-        os.set_blocking(fd, True)
-        chunks, total = [], 0
-        with os.fdopen(fd, "rb") as fh:  # in chunks: read(n) would allocate n bytes up front
-            while True:
-                chunk = fh.read(min(1 << 20, max_bytes + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > max_bytes:
-                    raise OpError("too_large", f"{rel} is larger than {max_bytes} bytes")
-    finally:
-        os.close(dfd)
-    return b"".join(chunks)
-
-
-def walk(root: str, rel: str, max_entries: int):
-    """Yield ``(relpath, kind, st)`` under ``root/rel`` without following symlinks.
-
-    ``kind`` is ``dir``, ``file``, ``link`` or ``other``. Paths are relative to ``root/rel``.
-    """
-    parts = rel_parts(rel)
-    count = 0
-
-    def kind_of(mode: int) -> str:
-        if stat.S_ISDIR(mode):
-            return "dir"
-        if stat.S_ISREG(mode):
-            return "file"
-        if stat.S_ISLNK(mode):
-            return "link"
-        return "other"
-
-    def visit(dfd: int, prefix: str):
-        nonlocal count
-        with os.scandir(dfd) as it:
-            entries = sorted(it, key=lambda e: e.name)
-        for entry in entries:
-            count += 1
-            if count > max_entries:
-                raise OpError("too_large", f"more than {max_entries} entries under {rel or '.'}")
-            st = entry.stat(follow_symlinks=False)
-            path = prefix + entry.name
-            kind = kind_of(st.st_mode)
-            yield path, kind, st
-            if kind == "dir":
-                try:
-                    sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
-                except OSError:
-                    continue
-                try:
-                    yield from visit(sub, path + "/")
-                finally:
-                    os.close(sub)
-
-    if parts:
-        pfd = open_dir(root, parts[:-1])
-        try:
-            st = os.stat(parts[-1], dir_fd=pfd, follow_symlinks=False)
-        except FileNotFoundError:
-            os.close(pfd)
-            raise OpError("not_found", f"no such file or directory: {rel}") from None
-        os.close(pfd)
-        if not stat.S_ISDIR(st.st_mode):
-            yield parts[-1], kind_of(st.st_mode), st
-            return
-    dfd = open_dir(root, parts)
-    try:
-        yield from visit(dfd, "")
-    finally:
-        os.close(dfd)
-
-
-def link_stays_inside(member_name: str, target: str) -> bool:
-    """True when a relative symlink at ``member_name`` points inside the tree, lexically,
-    without any ``..`` (chains of ``..`` through other links could otherwise climb out)."""
-    if target.startswith("/") or ".." in target.split("/"):
-        return False
-    return bool(target.strip("/"))
-
-
-def extract_tar(root: str, dest: str, data: bytes, allow_links: bool) -> dict:
-    """Unpack a tar under ``root/dest`` with the safe walkers; return what was written/skipped.
-
-    Only directories and regular files are created (plus, when ``allow_links``, relative
-    symlinks that stay inside). Devices, FIFOs, hard links, absolute or climbing names are
-    skipped and listed, never followed.
-    """
-    base = rel_parts(dest)
-    written, skipped = 0, []
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for member in tar:
-            try:
-                parts = base + rel_parts(member.name)
-            except OpError:
-                skipped.append(member.name)
-                continue
-            rel = "/".join(parts)
-            if member.isdir():
-                if parts:
-                    os.close(open_dir(root, parts, create=True))
-            elif member.isreg():
-                fh = tar.extractfile(member)
-                safe_write(root, rel, fh.read() if fh else b"", member.mode | 0o600)
-                written += 1
-            elif member.issym() and allow_links and parts and link_stays_inside(member.name, member.linkname):
-                dfd = open_dir(root, parts[:-1], create=True)
-                try:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(parts[-1], dir_fd=dfd)
-                    os.symlink(member.linkname, parts[-1], dir_fd=dfd)
-                finally:
-                    os.close(dfd)
-                written += 1
-            else:
-                skipped.append(member.name)
-    return {"written": written, "skipped": skipped}
-
-
-def pack_tar(root: str, src: str, max_bytes: int) -> dict:
-    """Tar regular files and directories under ``root/src``; symlinks and specials are skipped.
-
-    A directory ``src`` contributes its contents; a file ``src`` contributes itself by name.
-    """
-    parts = rel_parts(src)
-    base = parts
-    if parts:
-        dfd = open_dir(root, parts[:-1])
-        try:
-            mode = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False).st_mode
-        except FileNotFoundError:
-            raise OpError("not_found", f"no such file or directory: {src}") from None
-        finally:
-            os.close(dfd)
-        if not stat.S_ISDIR(mode):
-            base = parts[:-1]
-    buf = io.BytesIO()
-    skipped, total = [], 0
-    with tarfile.open(fileobj=buf, mode="w:") as tar:
-        for path, kind, st in walk(root, src, max_entries=200000):
-            info = tarfile.TarInfo(path)
-            info.mtime = int(st.st_mtime)
-            if kind == "dir":
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            elif kind == "file":
-                data = safe_read(root, "/".join([*base, path]), max_bytes - total)
-                total += len(data)
-                info.size, info.mode = len(data), st.st_mode & 0o777
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                skipped.append(path)
-    return {"data": buf.getvalue(), "skipped": skipped}
 
 
 # ---- the server ------------------------------------------------------------------------------
@@ -347,25 +110,8 @@ def apply_limits(limits: dict) -> None:
             pass
 
 
-def prefer_oom(pid: int) -> None:
-    """Make a command (and what it forks later) the OOM killer's first choice, not us."""
-    try:
-        with open(f"/proc/{pid}/oom_score_adj", "w") as fh:
-            fh.write("1000")
-    except OSError:
-        pass
-
-
-def pidfd(pid: int):
-    """A pollable fd that becomes readable when ``pid`` exits (Linux >= 5.3), else None."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
 class ForkedPython:
-    """The part of ``subprocess.Popen`` that ``_pump`` and ``_kill_group`` use, for a forked child."""
+    """The part of ``subprocess.Popen`` that ``_pump`` and ``_kill_call`` use, for a forked child."""
 
     def __init__(self, source: str, cwd: str, env: dict) -> None:
         out_r, out_w = os.pipe()
@@ -438,6 +184,11 @@ def _forked_child(source: str, cwd: str, env: dict, out_w: int, err_w: int) -> N
         os._exit(code & 0xFF)
 
 
+def _bounds(req: dict) -> dict:
+    """The walk bounds a request may lower (``fsops.scan``'s defaults otherwise)."""
+    return {key: int(req[key]) for key in ("max_entries", "max_depth") if req.get(key) is not None}
+
+
 class Executor:
     def __init__(self, config: dict) -> None:
         self.workdir = config["workdir"]
@@ -500,6 +251,8 @@ class Executor:
                     reply.update(id=req.get("id"), ok=True)
                 except OpError as exc:
                     reply = {"id": req.get("id"), "ok": False, "kind": exc.kind, "error": str(exc)}
+                    if exc.errno is not None:
+                        reply["errno"] = exc.errno
                 except HostGone:
                     raise
                 except MemoryError:  # our own rlimit (bwrap/process): the transfer is too big
@@ -539,23 +292,31 @@ class Executor:
         return {"data": base64.b64encode(data).decode("ascii")}
 
     def op_list(self, req: dict) -> dict:
-        files = [p for p, kind, _ in walk(self.workdir, req.get("path", "."), int(req.get("max_entries", 100000)))
-                 if kind != "dir"]
-        return {"files": files}
+        """Every non-directory entry under ``path``, plus the directories that could not be
+        listed (``left_out``) and the walk's bounds it hit (``cut``)."""
+        found = fsops.scan_path(self.workdir, req.get("path", "."), **_bounds(req))
+        return {"files": [p for p, kind, _ in found.entries if kind != "dir"], "left_out": found.left_out,
+                "cut": found.cut}
+
+    def op_read_tree(self, req: dict) -> dict:
+        """Every regular file under ``path`` with its content (see ``fsops.scan``)."""
+        return fsops.tree_reply(fsops.scan_path(self.workdir, req.get("path", "."),
+                                                read_bytes=int(req["max_bytes"]), **_bounds(req)))
 
     def op_put_tar(self, req: dict) -> dict:
         return extract_tar(self.workdir, req.get("dest", "."), base64.b64decode(req["data"]), allow_links=True)
 
     def op_get_tar(self, req: dict) -> dict:
         packed = pack_tar(self.workdir, req.get("src", "."), int(req.get("max_bytes", 256 * 1024 * 1024)))
-        return {"data": base64.b64encode(packed["data"]).decode("ascii"), "skipped": packed["skipped"]}
+        return {"data": base64.b64encode(packed["data"]).decode("ascii"), "skipped": packed["skipped"],
+                "cut": packed["cut"]}
 
     def op_reset(self, req: dict) -> dict:
         killed = self.kill_everything()  # first: a segment still attached is not removed at once
         ipc = 0
         dirs = list(self.wipe_dirs)
         if self.wipe_ipc:
-            ipc = remove_sysv_ipc(self.base_env.get("PATH"))
+            ipc = procs.remove_sysv_ipc(self.base_env.get("PATH"))
             dirs += [d for d in IPC_DIRS if d not in dirs and os.access(d, os.W_OK)]
         for path in dirs:
             wipe(path)
@@ -563,20 +324,14 @@ class Executor:
         return {"killed": killed, "ipc_removed": ipc}
 
     def op_exec(self, req: dict) -> dict:
+        """Run ``argv``; everything it does is in the reply, never an error reply."""
+        timeout, cap, env, cwd, problem = self._command_setup(req)
+        if problem:
+            return self._failed(2, problem)
         argv = req["argv"]
-        timeout = float(req.get("timeout", 10.0))
-        cap = int(req.get("cap", 65536))
-        env = dict(self.base_env)
-        env.update(req.get("env") or {})
-        try:
-            cwd_fd = open_dir(self.workdir, rel_parts(req.get("cwd") or "."))
-            os.close(cwd_fd)
-        except OpError as exc:
-            return self._failed(2, f"envhub: cannot use working directory: {exc}\n")
-        cwd = os.path.join(self.workdir, *rel_parts(req.get("cwd") or "."))
         stdin_data = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
         oom_before = self.oom_count()
-        start = time.monotonic()
+        start, since = time.monotonic(), procs.ticks_now()
         try:
             proc = subprocess.Popen(
                 argv,
@@ -592,9 +347,10 @@ class Executor:
             return self._failed(127, f"envhub: command not found: {argv[0]}\n")
         except PermissionError:
             return self._failed(126, f"envhub: permission denied: {argv[0]}\n")
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
             return self._failed(126, f"envhub: cannot start the command: {exc}\n")
-        return self._complete(proc, stdin_data, cap, start, start + timeout, oom_before)
+        return self._complete(proc, stdin_data, cap, (start, since), start + timeout, oom_before,
+                              bool(req.get("contain")))
 
     # -- exec helpers --
 
@@ -605,34 +361,48 @@ class Executor:
         request's environment, our rlimits, output pipes -- and none of our descriptors: the
         protocol channel is closed before any of its code runs.
         """
-        timeout, cap, env, cwd = self._command_setup(req)
-        if cwd is None:
-            return self._failed(2, f"envhub: cannot use working directory: {req.get('cwd')}\n")
+        timeout, cap, env, cwd, problem = self._command_setup(req)
+        if problem:
+            return self._failed(2, problem)
         oom_before = self.oom_count()
-        start = time.monotonic()
+        start, since = time.monotonic(), procs.ticks_now()
         proc = ForkedPython(req["source"], cwd, env)
-        return self._complete(proc, None, cap, start, start + timeout, oom_before)
+        return self._complete(proc, None, cap, (start, since), start + timeout, oom_before,
+                              bool(req.get("contain")))
 
-    def _command_setup(self, req: dict) -> tuple[float, int, dict, str | None]:
-        """Timeout, output cap, environment and working directory of an exec-like request
-        (the directory is None when it cannot be used)."""
+    def _command_setup(self, req: dict) -> tuple[float, int, dict, str, str | None]:
+        """Timeout, output cap, environment and working directory of an exec-like request, and
+        why the command cannot start there (missing, a symlink, or the agent took away the
+        permission to enter it), else None."""
         env = dict(self.base_env)
         env.update(req.get("env") or {})
+        timeout, cap = float(req.get("timeout", 10.0)), int(req.get("cap", 65536))
+        shown = req.get("cwd") or "."
         try:
-            os.close(open_dir(self.workdir, rel_parts(req.get("cwd") or ".")))
-        except OpError:
-            return float(req.get("timeout", 10.0)), int(req.get("cap", 65536)), env, None
-        cwd = os.path.join(self.workdir, *rel_parts(req.get("cwd") or "."))
-        return float(req.get("timeout", 10.0)), int(req.get("cap", 65536)), env, cwd
+            parts = rel_parts(shown)
+            os.close(open_dir(self.workdir, parts))
+        except OpError as exc:
+            return timeout, cap, env, "", f"envhub: cannot use working directory: {exc}\n"
+        cwd = os.path.join(self.workdir, *parts)
+        if not os.access(cwd, os.X_OK):
+            return timeout, cap, env, cwd, f"envhub: cannot use working directory {shown}: permission denied\n"
+        return timeout, cap, env, cwd, None
 
-    def _complete(self, proc, stdin_data, cap: int, start: float, deadline: float, oom_before: int) -> dict:
-        """Wait for a started command (``exec`` or ``pyexec``) and build its reply."""
+    def _complete(self, proc, stdin_data, cap: int, started: tuple[float, int], deadline: float,
+                  oom_before: int, contain: bool = False) -> dict:
+        """Wait for a started command (``exec`` or ``pyexec``) and build its reply.
+
+        ``started`` is (monotonic time, clock ticks since boot) from just before the start. On a
+        timeout -- or always, with ``contain`` -- everything the command started is killed: its
+        process group and whatever left the group (``setsid``, double forks) alike.
+        """
+        start, since = started
         self.groups.add(proc.pid)
-        prefer_oom(proc.pid)
+        procs.prefer_oom(proc.pid)
         out, err = Capture(cap), Capture(cap)
         timed_out = self._pump(proc, stdin_data, out, err, deadline)
-        if timed_out:
-            self._kill_group(proc)
+        if timed_out or contain:
+            self._kill_call(proc, since)
         rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
         duration = time.monotonic() - start
         self.reap()
@@ -669,7 +439,7 @@ class Executor:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
         sel.register(0, selectors.EVENT_READ, "host")
-        exit_fd = pidfd(proc.pid)
+        exit_fd = procs.pidfd(proc.pid)
         if exit_fd is not None:
             sel.register(exit_fd, selectors.EVENT_READ, "exit")
         pending = memoryview(stdin_data) if stdin_data is not None else None
@@ -740,22 +510,28 @@ class Executor:
             "duration": 0.0,
         }
 
-    def _kill_group(self, proc) -> None:
-        """SIGKILL the command's whole process group, collecting the main process first.
+    def _kill_call(self, proc, since: int) -> None:
+        """SIGKILL everything a command started, collecting the main process first.
 
-        killpg is atomic against forks inside the group, so a fork bomb cannot outrun it; it is
-        repeated until the group is empty (members turn into zombies until reaped).
+        First its process group: killpg is atomic against forks inside the group, so a fork
+        bomb cannot outrun it; it is repeated until the group is empty (members turn into
+        zombies until reaped). Then whatever left the group, found by descent and by start time
+        (``procs.kill_call``).
         """
         for attempt in range(50):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
-                return
+                break
             if attempt == 0:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
             self.reap()
             time.sleep(0.002)
+        if proc.returncode is None:  # collected before anything reaps at random
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        procs.kill_call(proc.pid, since, self.reap)
 
     def oom_count(self) -> int:
         for path in OOM_COUNTER_FILES:
@@ -788,7 +564,7 @@ class Executor:
         killed = 0
         if not self.kill_all:
             for _ in range(20):
-                tree = descendants(os.getpid())
+                tree = procs.descendants(os.getpid())
                 if not tree:
                     break
                 for pid in tree:
@@ -817,115 +593,6 @@ class Executor:
                 self.groups.discard(pgid)
         self.reap()
         return killed
-
-
-def descendants(root: int) -> list[int]:
-    """Live (non-zombie) processes below ``root``, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def sysv_ipc_objects(uid: int) -> list[tuple[str, int]]:
-    """``(kind, id)`` of every SysV shared-memory segment, semaphore set and message queue
-    listed in /proc/sysvipc that ``uid`` created or owns."""
-    found = []
-    for kind, _ in SYSV_IPC:
-        try:
-            with open("/proc/sysvipc/" + kind) as fh:
-                rows = [line.split() for line in fh.read().splitlines() if line.strip()]
-        except OSError:
-            continue
-        if not rows:
-            continue
-        header = rows[0]
-        owners = [header.index(c) for c in ("uid", "cuid") if c in header]
-        for row in rows[1:]:
-            try:
-                ident = int(row[1])
-                if any(int(row[i]) == uid for i in owners):
-                    found.append((kind, ident))
-            except (IndexError, ValueError):
-                continue
-    return found
-
-
-def remove_sysv_ipc(path=None) -> int:
-    """Remove our SysV IPC objects; returns how many went away.
-
-    With ``ipcrm`` (util-linux, in the image and under the host's /usr) if there is one, else --
-    or for whatever it left -- with the ``*ctl(IPC_RMID)`` calls themselves, through ctypes.
-    """
-    uid = os.getuid()
-    before = sysv_ipc_objects(uid)
-    if not before:
-        return 0
-    flags = dict(SYSV_IPC)
-    ipcrm = shutil.which("ipcrm", path=path)
-    if ipcrm:
-        argv = [ipcrm]
-        for kind, ident in before:
-            argv += [flags[kind], str(ident)]
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=10, close_fds=True)
-    left = sysv_ipc_objects(uid)
-    if left:
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            ipc_rmid = 0
-            for kind, ident in left:
-                if kind == "shm":
-                    libc.shmctl(ident, ipc_rmid, None)
-                elif kind == "sem":
-                    libc.semctl(ident, 0, ipc_rmid)
-                else:
-                    libc.msgctl(ident, ipc_rmid, None)
-        except Exception:
-            pass
-        left = sysv_ipc_objects(uid)
-    return len(before) - len(left)
-
-
-def wipe(path: str) -> None:
-    """Empty a directory, whatever permissions the agent left on things inside it."""
-    try:
-        if not os.stat(path).st_mode & stat.S_ISVTX:  # our work dir, not a shared /tmp
-            os.chmod(path, 0o755)
-    except OSError:
-        pass
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return
-    for entry in entries:
-        full = os.path.join(path, entry.name)
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                with contextlib.suppress(OSError):
-                    os.chmod(full, 0o700)
-                wipe(full)
-                os.rmdir(full)
-            else:
-                os.unlink(full)
-        except OSError:
-            pass
 
 
 def main() -> None:

@@ -10,14 +10,14 @@ It exists so that envhub works on a machine with neither Docker nor bubblewrap, 
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import warnings
 
-from envhub.sandboxes import cleanup
+from envhub.sandboxes import cleanup, fsops
 from envhub.sandboxes.base import SandboxSpec
 from envhub.sandboxes.channel import PipeTransport, Transport
 from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
@@ -77,6 +77,7 @@ class ProcessSandbox(ResidentSandbox):
             "kill_all": False,
             "oom": "heuristic",
             "limits": self._rlimits(),
+            "token": self.token,
         }
         self._proc = subprocess.Popen(
             executor_argv(sys.executable, {**config, "preload": list(self.spec.preload)}),
@@ -97,6 +98,13 @@ class ProcessSandbox(ResidentSandbox):
         if self._nproc is not None:
             limits["nproc"] = self._nproc
         return limits
+
+    def _host_workdir(self) -> int | None:
+        """The work dir is a directory of this host: read it directly."""
+        try:
+            return os.open(self.workdir, os.O_PATH | os.O_DIRECTORY)
+        except OSError:
+            return None
 
     def _describe(self) -> str:
         if self._proc is None:
@@ -120,7 +128,9 @@ class ProcessSandbox(ResidentSandbox):
                 proc.kill()
                 proc.wait()
         self._stderr.close()
-        shutil.rmtree(self._base, ignore_errors=True)
+        fsops.wipe(self._base)  # iterative: shutil.rmtree recurses, and the tree is the agent's
+        with contextlib.suppress(OSError):
+            os.rmdir(self._base)
 
     def _ident(self) -> str:
         return self._base

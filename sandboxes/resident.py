@@ -17,22 +17,26 @@ import posixpath
 import tarfile
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from envhub.sandboxes import cleanup
+from envhub.sandboxes import cleanup, fsops
 from envhub.sandboxes.base import (
     TRUNCATION_MARKER,
     ExecResult,
     Limits,
+    Listing,
     SandboxError,
     SandboxSpec,
+    Tree,
     workdir_path,
 )
 from envhub.sandboxes.channel import ExecutorChannel, Transport
-from envhub.sandboxes.executor import OpError, extract_tar
+from envhub.sandboxes.fsops import OpError
+from envhub.sandboxes.tarops import extract_tar
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +57,38 @@ BASE_ENV = {
 }
 
 
+#: Helper modules the executor imports, by the names it finds them under inside a sandbox.
+EXECUTOR_HELPERS = (("envhub_fsops", "fsops.py"), ("envhub_tarops", "tarops.py"), ("envhub_procs", "procs.py"))
+#: ``python -I -c`` program: load the helpers' sources (next arguments) as modules, then run the
+#: executor's source as ``__main__``; what is left in ``sys.argv`` is the executor's config.
+BOOTSTRAP = (
+    "import sys, types\n"
+    f"for name in {tuple(name for name, _ in EXECUTOR_HELPERS)!r}:\n"
+    "    module = types.ModuleType(name)\n"
+    "    sys.modules[name] = module\n"
+    "    exec(compile(sys.argv.pop(1), '<' + name + '>', 'exec'), module.__dict__)\n"
+    "exec(compile(sys.argv.pop(1), '<envhub executor>', 'exec'), {'__name__': '__main__'})\n"
+)
+
+
 @cache
+def package_source(filename: str) -> str:
+    """A module's source, read from the installed package (so it ships as a package file)."""
+    return resources.files("envhub.sandboxes").joinpath(filename).read_text(encoding="utf-8")
+
+
 def executor_source() -> str:
-    """The executor script, read from the installed package (so it ships as a package file)."""
-    return resources.files("envhub.sandboxes").joinpath("executor.py").read_text(encoding="utf-8")
+    """The executor script (it needs the :data:`EXECUTOR_HELPERS` loaded beside it)."""
+    return package_source("executor.py")
 
 
 def executor_argv(python: str, config: dict[str, Any]) -> list[str]:
-    """``python -I -c <source> <config>``: injects the executor without a file in the sandbox."""
+    """``python -I -c <bootstrap> <helpers...> <executor> <config>``: the command line that starts
+    the executor in a sandbox, with its helper modules and without any file there."""
     import json
 
-    return [python, "-I", "-c", executor_source(), json.dumps(config)]
+    helpers = [package_source(filename) for _, filename in EXECUTOR_HELPERS]
+    return [python, "-I", "-c", BOOTSTRAP, *helpers, executor_source(), json.dumps(config)]
 
 
 def _exec_result(reply: dict[str, Any], t0: float) -> ExecResult:
@@ -106,6 +131,11 @@ class ResidentSandbox(ABC):
         self._close_once = threading.Lock()
         self.info: dict[str, Any] = {}
         self.image_id = f"{self.backend}:host"  # the host's system; docker names its image
+        #: In the executor's config, hence its command line: proves a /proc entry is ours.
+        self.token = uuid.uuid4().hex
+        self._proc_dir: int | None = None  # /proc/<executor pid> as seen from here, once found
+        self._proc_dir_known = False
+        self._proc_dir_lock = threading.Lock()
 
     # ---- hooks ---------------------------------------------------------------------------------
 
@@ -124,6 +154,121 @@ class ResidentSandbox(ABC):
     def _rlimits(self) -> dict[str, int]:
         """rlimits the executor sets on itself at startup, so every command inherits them."""
         return {"core": 0}
+
+    def _executor_host_pid(self) -> int | None:
+        """The executor's pid in this process's PID namespace, where the backend can tell."""
+        return None
+
+    def _host_workdir(self) -> int | None:
+        """The work dir as a directory fd opened from this process, with privileges the agent's
+        uid cannot take away (it reads what the agent made unreadable), or None where this
+        process cannot reach the sandbox's files that way. The caller closes it.
+
+        By default through ``/proc/<executor pid>/root``: the host (root, or the owner of the
+        sandbox's user namespace) sees the sandbox's mounts there, its tmpfs work dir included.
+        """
+        proc_dir = self._executor_proc_dir()
+        if proc_dir is None:
+            return None
+        try:
+            root = os.open("root", os.O_PATH | os.O_DIRECTORY, dir_fd=proc_dir)
+        except OSError:  # the executor is gone: the executor's own answer will say so
+            return None
+        try:
+            return fsops.open_dir(root, fsops.rel_parts(self.workdir.lstrip("/")))
+        except OpError:
+            return None
+        finally:
+            os.close(root)
+
+    def _executor_proc_dir(self) -> int | None:
+        """``/proc/<executor pid>`` opened once: a descriptor stays bound to that process, so a
+        reused pid can never redirect it. Only taken when that process's command line carries
+        our token (a pid from an engine in another PID namespace would name a stranger)."""
+        with self._proc_dir_lock:
+            if self._proc_dir_known or self._closed:
+                return self._proc_dir
+            self._proc_dir_known = True
+            pid = self._executor_host_pid()
+            if not pid:
+                return None
+            try:
+                fd = os.open(f"/proc/{pid}", os.O_PATH | os.O_DIRECTORY)
+            except OSError:
+                return None
+            try:
+                cmd = os.open("cmdline", os.O_RDONLY, dir_fd=fd)
+                try:
+                    data = fsops.read_all(cmd, 1 << 22)
+                finally:
+                    os.close(cmd)
+            except OSError:
+                data = None
+            if not data or self.token.encode() not in data:
+                os.close(fd)
+                return None
+            self._proc_dir = fd
+            return fd
+
+    def _executor_host_pid(self) -> int | None:
+        """The executor's pid in this process's PID namespace, where the backend can tell."""
+        return None
+
+    def _host_workdir(self) -> int | None:
+        """The work dir as a directory fd opened from this process, with privileges the agent's
+        uid cannot take away (it reads what the agent made unreadable), or None where this
+        process cannot reach the sandbox's files that way. The caller closes it.
+
+        By default through ``/proc/<executor pid>/root``: the host (root, or the owner of the
+        sandbox's user namespace) sees the sandbox's mounts there, its tmpfs work dir included.
+        """
+        proc_dir = self._executor_proc_dir()
+        if proc_dir is None:
+            return None
+        try:
+            root = os.open("root", os.O_PATH | os.O_DIRECTORY, dir_fd=proc_dir)
+        except OSError:  # the executor is gone: the executor's own answer will say so
+            return None
+        try:
+            return fsops.open_dir(root, fsops.rel_parts(self.workdir.lstrip("/")))
+        except OpError:
+            return None
+        finally:
+            os.close(root)
+
+    def _executor_proc_dir(self) -> int | None:
+        """``/proc/<executor pid>`` opened once: a descriptor stays bound to that process, so a
+        reused pid can never redirect it. Only taken when that process's command line carries
+        our token (a pid from an engine in another PID namespace would name a stranger)."""
+        with self._proc_dir_lock:
+            if self._proc_dir_known or self._closed:
+                return self._proc_dir
+            self._proc_dir_known = True
+            pid = self._executor_host_pid()
+            if not pid:
+                return None
+            try:
+                fd = os.open(f"/proc/{pid}", os.O_PATH | os.O_DIRECTORY)
+            except OSError:
+                return None
+            try:
+                cmd = os.open("cmdline", os.O_RDONLY, dir_fd=fd)
+                try:
+                    data = fsops.read_all(cmd, 1 << 22)
+                finally:
+                    os.close(cmd)
+            except OSError:
+                data = None
+            if not data or self.token.encode() not in data:
+                os.close(fd)
+                return None
+            self._proc_dir = fd
+            return fd
+
+    def _privileged_read_tree(self, rel: str, max_bytes: int) -> Tree | None:
+        """``read_tree`` by another privileged route where :meth:`_host_workdir` has none (docker:
+        a reader exec'd as root), or None."""
+        return None
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -153,6 +298,10 @@ class ResidentSandbox(ABC):
     def _teardown(self) -> None:
         if self._channel is not None:
             self._channel.close()
+        with self._proc_dir_lock:
+            fd, self._proc_dir, self._proc_dir_known = self._proc_dir, None, True
+        if fd is not None:
+            os.close(fd)
         self._destroy()
 
     def close(self) -> None:
@@ -207,10 +356,16 @@ class ResidentSandbox(ABC):
         stdin: str | bytes | None = None,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        contain: bool = False,
     ) -> ExecResult:
         """Run ``cmd`` (a string goes to ``/bin/sh -c``). The command's own failures -- exit
-        codes, signals, timeouts, OOM kills -- come back in the result; only a broken sandbox
-        raises :class:`SandboxError`."""
+        codes, signals, timeouts, OOM kills, a working directory it cannot enter -- come back
+        in the result; only a broken sandbox raises :class:`SandboxError`.
+
+        At a timeout everything the command started is killed, what left its process group with
+        ``setsid`` or a double fork included. With ``contain`` that happens however it ends, so
+        nothing it started survives the result (background jobs otherwise may, until ``reset``).
+        """
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv:
             raise ValueError("empty command")
@@ -226,21 +381,24 @@ class ResidentSandbox(ABC):
             env={str(k): str(v) for k, v in (env or {}).items()},
             cwd=self._rel(cwd) if cwd else ".",
             stdin=base64.b64encode(data).decode("ascii") if data is not None else None,
+            contain=contain,
         )
         return _exec_result(reply, t0)
 
     def exec_python(self, source: str, *, timeout: float | None = None, env: dict[str, str] | None = None,
-                    cwd: str | None = None) -> ExecResult:
+                    cwd: str | None = None, contain: bool = False) -> ExecResult:
         """Run Python ``source`` in a child forked from the resident executor.
 
-        Like ``exec(["python3", "-I", "-c", source])`` -- same limits, session, environment and
-        result -- but the child starts with the modules of ``SandboxSpec.preload`` already imported.
+        Like ``exec(["python3", "-I", "-c", source])`` -- same limits, session, environment,
+        ``contain`` and result -- but the child starts with the modules of
+        ``SandboxSpec.preload`` already imported.
         """
         wall = self.limits.timeout_s if timeout is None else float(timeout)
         t0 = time.monotonic()
         reply = self._call(
             "pyexec", wall + EXEC_GRACE_S, source=source, timeout=wall, cap=self.limits.output_bytes,
             env={str(k): str(v) for k, v in (env or {}).items()}, cwd=self._rel(cwd) if cwd else ".",
+            contain=contain,
         )
         return _exec_result(reply, t0)
 
@@ -256,9 +414,12 @@ class ResidentSandbox(ABC):
         reply = self._call("read", TRANSFER_TIMEOUT_S, path=self._rel(path), max_bytes=MAX_READ_BYTES)
         return base64.b64decode(reply["data"])
 
-    def list_files(self, path: str = ".") -> list[str]:
-        """Every non-directory entry under ``path``, recursively, relative to it, sorted."""
-        return list(self._call("list", TRANSFER_TIMEOUT_S, path=self._rel(path))["files"])
+    def list_files(self, path: str = ".") -> Listing:
+        """Every non-directory entry under ``path``, recursively, relative to it, sorted -- as the
+        agent's uid sees them. A :class:`Listing`: directories that could not be listed and the
+        bounds of the walk it hit (depth, entries) are in ``left_out`` and ``cut``, not errors."""
+        reply = self._call("list", TRANSFER_TIMEOUT_S, path=self._rel(path))
+        return Listing(sorted(reply["files"]), reply.get("left_out"), reply.get("cut"))
 
     def copy_in(self, host_dir: str, dest: str = ".") -> None:
         """Copy the *contents* of ``host_dir`` into ``dest`` (relative symlinks kept if inside)."""
@@ -290,24 +451,53 @@ class ResidentSandbox(ABC):
             log.info("copy_out skipped non-regular entries: %s", skipped[:20])
         return skipped
 
-    def read_tree(self, src: str = ".", max_bytes: int = MAX_READ_BYTES) -> dict[str, bytes]:
-        """Every regular file under ``src`` (relative path -> content) in one round trip.
+    def read_tree(self, src: str = ".", max_bytes: int = MAX_READ_BYTES) -> Tree:
+        """Every regular file under ``src`` (relative path -> content), read as a grader needs it.
 
-        Symlinks, devices and FIFOs are left out, as with :meth:`copy_out`; nothing touches the
-        host's disk.
+        Whatever the agent did to the tree, this returns a :class:`Tree`: symlinks (never
+        followed), FIFOs, sockets, devices, unreadable entries and what lies beyond the walk's
+        bounds (``fsops.scan``: entries, depth, ``max_bytes`` in all) are listed in its
+        ``left_out`` and ``cut``. It raises only for a ``src`` that is not there (or climbs out)
+        and, as ``SandboxError``, for a sandbox that broke.
+
+        Where this process can reach the sandbox's files (:meth:`_host_workdir`: docker on a local
+        engine, bwrap, process) it reads them itself, with privileges the agent's uid cannot take
+        away, so a file the agent made unreadable is read anyway; elsewhere (a remote engine) the
+        executor reads as the agent's uid, and such a file is in ``left_out``.
         """
-        reply = self._call("get_tar", TRANSFER_TIMEOUT_S, src=self._rel(src), max_bytes=max_bytes)
-        files: dict[str, bytes] = {}
-        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(reply["data"])), mode="r:") as tar:
-            for member in tar:
-                if member.isfile():
-                    handle = tar.extractfile(member)
-                    if handle is not None:
-                        files[member.name.removeprefix("./")] = handle.read()
-        return files
+        rel = self._rel(src)
+        fd = self._host_workdir()
+        if fd is not None:
+            try:
+                found = fsops.scan_path(fd, rel, read_bytes=max_bytes)
+            except OpError as exc:
+                _raise_for_path(exc, src)
+            finally:
+                os.close(fd)
+            return Tree(found.files, found.left_out, found.cut)
+        try:
+            reply = self._call("read_tree", TRANSFER_TIMEOUT_S, path=rel, max_bytes=max_bytes)
+        except (ValueError, OSError) as exc:  # the request itself could not be served (memory, ...)
+            if isinstance(exc, FileNotFoundError):
+                raise
+            return Tree(left_out={".": f"not read: {exc}"}, cut=[f"the tree could not be read: {exc}"])
+        return tree_from_reply(reply)
 
     def reset(self) -> None:
         """Back to pristine: every process the agent started is killed, the work dir and the
         other writable scratch dirs are emptied, and where the sandbox has its own IPC namespace
         (docker, bwrap) every SysV shm/sem/msg object and POSIX message queue is removed."""
         self._call("reset", TRANSFER_TIMEOUT_S)
+
+
+def tree_from_reply(reply: dict[str, Any]) -> Tree:
+    """The :class:`Tree` of an executor's ``read_tree`` reply."""
+    return Tree({path: base64.b64decode(data) for path, data in reply["files"]}, reply.get("left_out"),
+                reply.get("cut"))
+
+
+def _raise_for_path(exc: OpError, src: str) -> None:
+    """A bad or missing ``src`` of ``read_tree``, raised as the channel raises it."""
+    if exc.kind == "not_found":
+        raise FileNotFoundError(f"no such file or directory: {src}") from None
+    raise ValueError(str(exc)) from None

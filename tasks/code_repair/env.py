@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from envhub.env import Budget, Env, Episode, InfraError, ToolError
 from envhub.parsing import format_tool_call
-from envhub.sandboxes.base import Limits, SandboxSpec
+from envhub.sandboxes.base import Limits, Listing, SandboxSpec
 from envhub.tools import tool
 from envhub.types import Action, Task, ToolCall
 from envhub.verifiers.suite import SuiteCase, universal_cases
@@ -123,7 +123,8 @@ class CodeRepairEnv(Env):
         """List the files under a directory of the repository, recursively."""
         names = self._sandbox_call(lambda sb: sb.list_files(path), path)
         shown = [n for n in names if "__pycache__" not in n and ".pytest_cache" not in n]
-        return "\n".join(shown) if shown else "(empty)"
+        notes = names.notes() if isinstance(names, Listing) else []  # unreadable dirs, depth/entry bounds
+        return "\n".join(shown + notes) if shown or notes else "(empty)"
 
     @tool
     def read_file(self, path: str, start_line: int = 1, end_line: int = 0) -> str:
@@ -140,8 +141,8 @@ class CodeRepairEnv(Env):
     @tool
     def search(self, pattern: str, path: str = ".") -> str:
         """Search files for a regular expression (grep -rnE); shows matching lines with numbers."""
-        cmd = f"grep -rnE --exclude-dir=__pycache__ -e {shlex.quote(pattern)} -- {shlex.quote(path)}"
-        result = self.sandbox().exec(["sh", "-c", cmd], timeout=10)
+        cmd = f"grep -rnE --devices=skip --exclude-dir=__pycache__ -e {shlex.quote(pattern)} -- {shlex.quote(path)}"
+        result = self._sandbox_call(lambda sb: sb.exec(["sh", "-c", cmd], timeout=10), path)
         if result.exit_code == 1 and not result.stderr:
             return "(no matches)"
         return result.summary()
@@ -165,7 +166,7 @@ class CodeRepairEnv(Env):
     @tool
     def run(self, command: str) -> str:
         """Run a shell command in the repository (e.g. `PYTHONPATH=src python3 -m pytest -q tests`)."""
-        return self.sandbox().exec(["sh", "-c", command]).summary()
+        return self._sandbox_call(lambda sb: sb.exec(["sh", "-c", command]), ".").summary()
 
     @tool(terminal=True)
     def submit(self) -> str:
@@ -173,14 +174,17 @@ class CodeRepairEnv(Env):
         return "submitted"
 
     def _sandbox_call(self, fn: Any, path: str) -> Any:
+        """``fn(sandbox)``, with what the agent's own tree causes (missing, unreadable, a symlink,
+        a FIFO, a directory) as a :class:`ToolError` it sees; only a broken sandbox is infra."""
         try:
             return fn(self.sandbox())
         except InfraError:
             raise
         except FileNotFoundError:
             raise ToolError(f"no such file or directory: {path}") from None
-        except (IsADirectoryError, NotADirectoryError, ValueError, PermissionError, OSError) as exc:
-            raise ToolError(f"{path}: {exc}") from None
+        except (ValueError, OSError) as exc:
+            message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ToolError(message if path in message else f"{path}: {message}") from None
 
     # ---- scripted solutions -----------------------------------------------------------------
 

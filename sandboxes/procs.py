@@ -1,0 +1,173 @@
+"""Processes and IPC objects inside a sandbox: find them, kill them, remove them.
+
+Loaded by the executor inside every sandbox (``resident.executor_argv`` injects its source), so:
+**stdlib only, Python >= 3.8, no imports from envhub**.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+#: SysV IPC kinds: (/proc/sysvipc file, ipcrm flag). They live in the IPC namespace, not in any
+#: directory we wipe, so without this a segment would carry state from one episode to the next.
+SYSV_IPC = (("shm", "-m"), ("sem", "-s"), ("msg", "-q"))
+#: Rounds of a tree kill: each round kills what it finds, forks included, until nothing is left.
+KILL_ROUNDS = 100
+
+
+def prefer_oom(pid: int) -> None:
+    """Make a command (and what it forks later) the OOM killer's first choice, not us."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as fh:
+            fh.write("1000")
+    except OSError:
+        pass
+
+
+def pidfd(pid: int):
+    """A pollable fd that becomes readable when ``pid`` exits (Linux >= 5.3), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def process_table() -> dict[int, tuple[int, int]]:
+    """``pid -> (parent pid, start time in clock ticks)`` of every live, non-zombie process
+    this /proc shows."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 19 and fields[0] not in (b"Z", b"X"):
+            table[int(entry)] = (int(fields[1]), int(fields[19]))
+    return table
+
+
+def ticks_now() -> int:
+    """Now, on the clock of :func:`process_table`'s start times, one tick early (they round down)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")) - 1
+
+
+def descendants(root: int, table: dict[int, tuple[int, int]] | None = None) -> list[int]:
+    """Live (non-zombie) processes below ``root``."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in (table if table is not None else process_table()).items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def call_processes(main_pid: int, since: int, table: dict[int, tuple[int, int]] | None = None) -> list[int]:
+    """Every live process one call started: the command ``main_pid`` and its descendants, plus
+    whatever was re-parented to us (we are PID 1 or a child subreaper, so a process that left
+    with ``setsid`` or a double fork ends up here) since the call began, and their descendants.
+
+    "Since the call began" is a start time at or after ``since`` (clock ticks, 10 ms apart) and
+    a pid at or above ``main_pid``: pids are handed out in increasing order, which tells apart
+    what an earlier call left running in the same tick (a pid wrap-around during the call
+    could hide a process from this, never blame one on the wrong call)."""
+    table = process_table() if table is None else table
+    me = os.getpid()
+    roots = {main_pid} if main_pid in table else set()
+    roots |= {pid for pid, (ppid, started) in table.items()
+              if ppid == me and started >= since and pid >= main_pid}
+    found = set(roots)
+    for root in roots:
+        found.update(descendants(root, table))
+    found.discard(me)
+    return sorted(found)
+
+
+def kill_call(main_pid: int, since: int, reap) -> int:
+    """SIGKILL everything the call of ``main_pid`` started (see :func:`call_processes`), forks
+    made meanwhile included, until nothing of it is left; returns how many kills were sent."""
+    killed = 0
+    for _ in range(KILL_ROUNDS):
+        victims = call_processes(main_pid, since)
+        if not victims:
+            break
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        reap()
+        time.sleep(0.001)
+    return killed
+
+
+def sysv_ipc_objects(uid: int) -> list[tuple[str, int]]:
+    """``(kind, id)`` of every SysV shared-memory segment, semaphore set and message queue
+    listed in /proc/sysvipc that ``uid`` created or owns."""
+    found = []
+    for kind, _ in SYSV_IPC:
+        try:
+            with open("/proc/sysvipc/" + kind) as fh:
+                rows = [line.split() for line in fh.read().splitlines() if line.strip()]
+        except OSError:
+            continue
+        if not rows:
+            continue
+        header = rows[0]
+        owners = [header.index(c) for c in ("uid", "cuid") if c in header]
+        for row in rows[1:]:
+            try:
+                ident = int(row[1])
+                if any(int(row[i]) == uid for i in owners):
+                    found.append((kind, ident))
+            except (IndexError, ValueError):
+                continue
+    return found
+
+
+def remove_sysv_ipc(path=None) -> int:
+    """Remove our SysV IPC objects; returns how many went away.
+
+    With ``ipcrm`` (util-linux, in the image and under the host's /usr) if there is one, else --
+    or for whatever it left -- with the ``*ctl(IPC_RMID)`` calls themselves, through ctypes.
+    """
+    uid = os.getuid()
+    before = sysv_ipc_objects(uid)
+    if not before:
+        return 0
+    flags = dict(SYSV_IPC)
+    ipcrm = shutil.which("ipcrm", path=path)
+    if ipcrm:
+        argv = [ipcrm]
+        for kind, ident in before:
+            argv += [flags[kind], str(ident)]
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=10, close_fds=True)
+    left = sysv_ipc_objects(uid)
+    if left:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            ipc_rmid = 0
+            for kind, ident in left:
+                if kind == "shm":
+                    libc.shmctl(ident, ipc_rmid, None)
+                elif kind == "sem":
+                    libc.semctl(ident, 0, ipc_rmid)
+                else:
+                    libc.msgctl(ident, ipc_rmid, None)
+        except Exception:
+            pass
+        left = sysv_ipc_objects(uid)
+    return len(before) - len(left)
