@@ -210,68 +210,6 @@ class ResidentSandbox(ABC):
             self._proc_dir = fd
             return fd
 
-    def _executor_host_pid(self) -> int | None:
-        """The executor's pid in this process's PID namespace, where the backend can tell."""
-        return None
-
-    def _host_workdir(self) -> int | None:
-        """The work dir as a directory fd opened from this process, with privileges the agent's
-        uid cannot take away (it reads what the agent made unreadable), or None where this
-        process cannot reach the sandbox's files that way. The caller closes it.
-
-        By default through ``/proc/<executor pid>/root``: the host (root, or the owner of the
-        sandbox's user namespace) sees the sandbox's mounts there, its tmpfs work dir included.
-        """
-        proc_dir = self._executor_proc_dir()
-        if proc_dir is None:
-            return None
-        try:
-            root = os.open("root", os.O_PATH | os.O_DIRECTORY, dir_fd=proc_dir)
-        except OSError:  # the executor is gone: the executor's own answer will say so
-            return None
-        try:
-            return fsops.open_dir(root, fsops.rel_parts(self.workdir.lstrip("/")))
-        except OpError:
-            return None
-        finally:
-            os.close(root)
-
-    def _executor_proc_dir(self) -> int | None:
-        """``/proc/<executor pid>`` opened once: a descriptor stays bound to that process, so a
-        reused pid can never redirect it. Only taken when that process's command line carries
-        our token (a pid from an engine in another PID namespace would name a stranger)."""
-        with self._proc_dir_lock:
-            if self._proc_dir_known or self._closed:
-                return self._proc_dir
-            self._proc_dir_known = True
-            pid = self._executor_host_pid()
-            if not pid:
-                return None
-            try:
-                fd = os.open(f"/proc/{pid}", os.O_PATH | os.O_DIRECTORY)
-            except OSError:
-                return None
-            try:
-                cmd = os.open("cmdline", os.O_RDONLY, dir_fd=fd)
-                try:
-                    data = fsops.read_all(cmd, 1 << 22)
-                finally:
-                    os.close(cmd)
-            except OSError:
-                data = None
-            if not data or self.token.encode() not in data:
-                os.close(fd)
-                return None
-            self._proc_dir = fd
-            return fd
-
-    def _privileged_read_tree(self, rel: str, max_bytes: int) -> Tree | None:
-        """``read_tree`` by another privileged route where :meth:`_host_workdir` has none (docker:
-        a reader exec'd as root), or None."""
-        return None
-
-    # ---- lifecycle -----------------------------------------------------------------------------
-
     def start(self) -> ResidentSandbox:
         # Tracked before anything outside exists: a SIGTERM while the container is being created
         # or the first ping is pending must still find (and remove) it.
