@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import random
 import threading
 import time
@@ -47,6 +48,18 @@ SPLITS = ("train", "validation", "test")
 _TASK_CACHE: dict[tuple[type, Hashable], TaskSource] = {}
 _TASK_CACHE_LOCK = threading.Lock()
 _RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
+
+
+def _renew_after_fork() -> None:
+    """In a forked child (AsyncVectorEnv, multiprocessing): the parent's worker threads are gone,
+    so its executor would queue releases that never run and ``close`` would wait on them forever;
+    a lock another thread held at the fork would never be released."""
+    global _RELEASER, _TASK_CACHE_LOCK
+    _RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
+    _TASK_CACHE_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_after_fork)
 
 
 @dataclass(frozen=True)

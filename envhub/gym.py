@@ -4,22 +4,36 @@ Observations and actions are strings in a :class:`PrintableText` space. The stru
 observation (messages, tool specs, verdict) rides along in ``info["observation"]`` as plain
 JSON-ready data, so vector envs can pickle it.
 
+Every ``info`` has the same keys with the same types, at reset and at every step, whatever the
+episode's state -- Gymnasium's vector envs batch infos per key and break (or silently cast) when
+one sub-env sends a dict where another sent ``None``, or an ``int`` where another sent a
+``float``. The schema (:data:`INFO_SCHEMA`):
+
+* ``task_id`` (str), ``split`` (str), ``difficulty`` (int), ``turn`` (int, 0 after reset),
+  ``outcome`` (str, ``""`` while the episode runs);
+* ``observation`` (dict): ``messages`` and ``tools`` (lists of dicts), ``done`` and ``truncated``
+  (bool), ``reward`` (float), ``outcome`` (str, ``""`` while running) and ``verdict`` (dict with
+  ``reward``, ``outcome``, ``layers``, ``detail``; ``outcome`` is ``""`` until there is one);
+* any further key an env puts in its observation's ``info``: a str, or the value as a JSON string.
+
 Vector envs: ``SyncVectorEnv`` works as is. ``AsyncVectorEnv`` needs ``shared_memory=False``:
-Gymnasium 1.x cannot place ``Text`` spaces in shared memory and returns garbage strings
-otherwise.
+Gymnasium's shared memory reads a ``Text`` observation once, at construction, so every step
+would return the same empty strings; asking for it raises a ``ValueError`` that says so.
 """
 
 from __future__ import annotations
 
+import json
 import string
 from typing import Any
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory
 
 from envhub.env import Env
-from envhub.types import Action
+from envhub.types import Action, Observation
 
 MAX_TEXT = 1 << 20
 CHARSET = string.printable.replace("\x0b", "").replace("\x0c", "")
@@ -83,7 +97,7 @@ class GymEnv(gymnasium.Env[str, str]):
         obs = self.env.step(action)
         text, info = self._out(obs)
         terminated = obs.done and not obs.truncated
-        return text, float(obs.reward), terminated, obs.truncated, info
+        return text, float(obs.reward), bool(terminated), bool(obs.truncated), info
 
     def render(self) -> str | None:
         return self._last_text if self.render_mode == "ansi" else None
@@ -91,16 +105,53 @@ class GymEnv(gymnasium.Env[str, str]):
     def close(self) -> None:
         self.env.close()
 
-    def _out(self, obs: Any) -> tuple[str, dict]:
+    def _out(self, obs: Observation) -> tuple[str, dict]:
         text = obs.text()
         if len(text) > MAX_TEXT:
             text = text[:MAX_TEXT]
         self._last_text = "".join(c if c.isprintable() or c in "\n\r\t" else "\ufffd" for c in text)
         return self._last_text, self._info(obs)
 
-    @staticmethod
-    def _info(obs: Any) -> dict:
-        return {"observation": obs.model_dump(mode="json"), **obs.info}
+    def _info(self, obs: Observation) -> dict[str, Any]:
+        """The info of ``obs`` in the fixed schema of the module docstring."""
+        episode = self.env.episode
+        task = episode.task if episode is not None else None
+        extra = dict(obs.info)
+        outcome = obs.outcome.value if obs.outcome is not None else ""
+        observation = obs.model_dump(mode="json", exclude={"info"})
+        observation["outcome"] = outcome
+        observation["verdict"] = observation["verdict"] or {"reward": 0.0, "outcome": "", "layers": [],
+                                                            "detail": ""}
+        info: dict[str, Any] = {
+            "task_id": str(extra.pop("task_id", task.task_id if task else "")),
+            "split": str(extra.pop("split", task.split if task else "")),
+            "difficulty": int(extra.pop("difficulty", task.difficulty if task else 0)),
+            "turn": int(extra.pop("turn", len(episode.turns) if episode else 0)),
+            "outcome": outcome,
+            "observation": observation,
+        }
+        for key, value in extra.items():
+            if key not in info:
+                info[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        return info
+
+
+#: Key -> type of every ``info`` :class:`GymEnv` returns (see the module docstring).
+INFO_SCHEMA: dict[str, Any] = {
+    "task_id": str, "split": str, "difficulty": int, "turn": int, "outcome": str,
+    "observation": {"messages": list, "tools": list, "done": bool, "truncated": bool, "reward": float,
+                    "outcome": str, "verdict": {"reward": float, "outcome": str, "layers": list, "detail": str}},
+}
+
+
+@create_shared_memory.register(PrintableText)
+def _refuse_shared_memory(space: PrintableText, n: int = 1, ctx: Any = None) -> Any:
+    raise ValueError(
+        "envhub's text observations cannot go through Gymnasium's shared memory: Gymnasium reads a "
+        "Text buffer once, when the vector env is built, so every step would return the same empty "
+        "strings. Use AsyncVectorEnv(..., shared_memory=False) (or gymnasium.make_vec(..., "
+        "vectorization_mode='async', vector_kwargs={'shared_memory': False}))."
+    )
 
 
 def make_gym_env(env_id: str, render_mode: str | None = None, **kwargs: Any) -> GymEnv:

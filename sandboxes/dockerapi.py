@@ -75,3 +75,8 @@ def image_labels(client: Any, ref: str) -> dict[str, str] | None:
     """The labels of a local image, or None when there is no such image."""
     image = local_image(client, ref)
     return None if image is None else dict(image.labels or {})
+
+
+# A forked child must not reuse the parent's client: its keep-alive connection to the engine is
+# the same socket, so two processes' requests and replies would interleave on it.
+os.register_at_fork(after_in_child=docker_client.cache_clear)

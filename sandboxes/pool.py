@@ -14,6 +14,7 @@ fresh sandbox when none is idle, so a caller holding several leases cannot deadl
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -228,6 +229,20 @@ class SandboxPool:
 
 _shared: dict[tuple[str, Any], SandboxPool] = {}
 _shared_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child (multiprocessing, Gymnasium's AsyncVectorEnv): the parent's pooled
+    sandboxes are not ours. Their executor pipes are shared with the parent, so using one would
+    interleave two processes' requests on one channel; the child starts its own pools instead.
+    The forgotten pools are left untouched (never closed here): closing would tear down the
+    parent's sandboxes."""
+    global _shared_lock
+    _shared_lock = threading.Lock()  # another thread may have held it at the fork
+    _shared.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def shared_pool(backend: str, spec: SandboxSpec | None = None, size: int = 2) -> SandboxPool:

@@ -1,10 +1,34 @@
 import gymnasium
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envhub
-from envhub.gym import GymEnv, PrintableText
+from envhub.gym import INFO_SCHEMA, GymEnv, PrintableText
 from envhub.parsing import format_tool_call
+
+ANSWER = format_tool_call("answer", {"answer": "0"})
+
+
+def _types(info: dict) -> dict:
+    """key -> type (nested for dicts) of one env's info."""
+    return {k: _types(v) if isinstance(v, dict) else type(v) for k, v in info.items()}
+
+
+def _batched(info: dict) -> dict:
+    """key -> dtype (nested for dicts) of a vector env's info, masks included."""
+    return {k: _batched(v) if isinstance(v, dict) else np.asarray(v).dtype.str for k, v in info.items()}
+
+
+def _masks(info: dict) -> list[bool]:
+    """Every ``_key`` mask of a vector env's info, flattened."""
+    out: list[bool] = []
+    for k, v in info.items():
+        if isinstance(v, dict):
+            out += _masks(v)
+        elif k.startswith("_"):
+            out += [bool(x) for x in v]
+    return out
 
 
 @pytest.mark.parametrize("env_id", [spec.env_id for spec in envhub.list_envs()])
@@ -55,21 +79,56 @@ def test_sync_vector_env():
     envs.close()
 
 
-def test_async_vector_env_without_shared_memory():
-    envs = gymnasium.vector.AsyncVectorEnv(
-        [lambda: gymnasium.make("envhub/Computation-v0") for _ in range(2)], shared_memory=False
-    )
-    try:
-        obs, infos = envs.reset(seed=[5, 6])
-        assert all("[user]" in o for o in obs)
-        obs, rewards, term, _trunc, infos = envs.step([format_tool_call("answer", {"answer": "0"})] * 2)
-        assert all(term) and list(rewards) == [0.0, 0.0]
-        assert set(infos["observation"]["outcome"]) <= {"wrong_answer", "format_error"}
-    finally:
-        envs.close()
-
-
 def test_wrapper_exposes_the_envhub_env():
     env = gymnasium.make("envhub/Computation-v0")
     assert isinstance(env.unwrapped, GymEnv)
     assert env.unwrapped.env.env_id == "envhub/Computation-v0"
+
+
+def test_every_info_has_the_fixed_schema_at_reset_mid_episode_and_at_the_end():
+    env = gymnasium.make("envhub/Computation-v0")
+    _, info = env.reset(seed=0)
+    seen = [info, env.step("nonsense")[4], env.step(ANSWER)[4]]
+    for info in seen:
+        assert _types(info) == INFO_SCHEMA
+    assert [i["outcome"] for i in seen][:2] == ["", ""] and seen[2]["outcome"] in {"wrong_answer", "success"}
+    assert seen[0]["observation"]["verdict"]["outcome"] == "" and seen[2]["observation"]["verdict"]["layers"]
+    assert [i["turn"] for i in seen] == [0, 1, 2]
+    env.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_vector_env_whose_sub_envs_finish_at_different_steps(vector):
+    """Sub-env 0 ends at step 1 (and autoresets at step 2), sub-env 1 at step 3: every step's
+    batched info has the same keys, dtypes and full masks (Gymnasium crashed on main when one
+    sub-env sent a verdict dict where another sent None, and the async env then hung in close)."""
+    fns = [lambda: gymnasium.make("envhub/Computation-v0") for _ in range(2)]
+    if vector == "sync":
+        envs = gymnasium.vector.SyncVectorEnv(fns)
+    else:
+        envs = gymnasium.vector.AsyncVectorEnv(fns, shared_memory=False)
+    try:
+        _, info = envs.reset(seed=[1, 2])
+        signature = _batched(info)
+        script = [[ANSWER, "nonsense"], ["nonsense", "nonsense"], ["nonsense", ANSWER], [ANSWER, "nonsense"]]
+        ends = []
+        for actions in script:
+            obs, _, term, trunc, info = envs.step(actions)
+            assert _batched(info) == signature and all(_masks(info))
+            assert all(isinstance(o, str) for o in obs)
+            ends.append([bool(t or u) for t, u in zip(term, trunc, strict=True)])
+            assert [bool(o) for o in info["outcome"]] == ends[-1]
+        assert ends == [[True, False], [False, False], [False, True], [True, False]]
+        assert list(info["turn"]) == [2, 0] and info["observation"]["verdict"]["layers"][0]
+    finally:
+        envs.close()
+
+
+def test_async_vector_env_with_shared_memory_fails_clearly():
+    """Gymnasium's shared memory reads Text observations once ('0' strings at every step)."""
+    fns = [lambda: gymnasium.make("envhub/Computation-v0") for _ in range(2)]
+    with pytest.raises(ValueError, match=r"shared_memory=False"):
+        gymnasium.vector.AsyncVectorEnv(fns)
+    with pytest.raises(ValueError, match=r"shared_memory=False"):
+        gymnasium.make_vec("envhub/Computation-v0", num_envs=2, vectorization_mode="async")
