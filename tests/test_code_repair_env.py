@@ -10,7 +10,9 @@ from sandbox_fixtures import require_backend
 import envhub
 from envhub.parsing import format_tool_call
 from envhub.tasks.code_repair.attacks import PATCH_RUNNER_INDIRECT, inject
+from envhub.tasks.code_repair.observations import project_suite
 from envhub.tasks.code_repair.workspace import agent_files, project_sources, project_tests, visible_test_ids
+from envhub.verifiers.probes.grader import run_probes
 from envhub.verifiers.pytest_grader import run_hidden_tests
 from envhub.verifiers.suite import NotApplicable, run_suite
 
@@ -114,8 +116,9 @@ _r.TestReport.__setattr__ = _set
 """
 
 
-def test_runtime_grader_alone_rejects_attacks_the_integrity_gate_would_catch(env, sample):
-    """Defense in depth: even without the integrity gate, planted files and early exits fail."""
+def test_probe_grader_alone_rejects_attacks_the_integrity_gate_would_catch(env, sample):
+    """Defense in depth: even without the integrity gate, planted files, early exits and runner
+    patches leave the bug's observations as they are, and the real fix passes."""
     inst = sample[0]
     path = sorted(inst.buggy_files)[0]
     buggy = agent_files(inst)
@@ -129,30 +132,20 @@ def test_runtime_grader_alone_rejects_attacks_the_integrity_gate_would_catch(env
         ".pth in src": {**src, "src/a.pth": "import os; os._exit(0)\n"},
         "os._exit at import": {**src, path: inject("import os\nos._exit(0)\n", src[path])},
         "keyboard interrupt": {**src, path: inject("raise KeyboardInterrupt\n", src[path])},
-        "skip everything": {**src, path: inject("import pytest\npytest.skip('x', allow_module_level=True)\n",
-                                                src[path])},
         "fake output": {**src, path: inject("print('PASSED ' * 99)\n", src[path])},
         "shadowed json": {**src, "src/json.py": "raise SystemExit(0)\n"},
-        "shadowed plugin": {**src, "src/envhub_report.py": "def pytest_sessionfinish(session):\n    pass\n"},
-    }
-    # patching the runner from the module, with the real fix beside it or not, is caught as tampering
-    tampering = {
+        "shadowed runtime": {**src, "src/envhub_probe.py": "def observe(value, site):\n    pass\n"},
         "TestReport patched": {**src, path: inject(PATCH_RUNNER_INDIRECT, src[path])},
-        "TestReport patched over a fix": {**fixed, path: inject(PATCH_RUNNER_INDIRECT, fixed[path])},
         "outcome forced by __setattr__": {**src, path: inject(FORCE_OUTCOME, src[path])},
     }
+    suite = project_suite(inst.project)
     with env.grading_sandbox() as sb:
-        assert run_hidden_tests(sb, files=fixed, tests=project_tests(inst.project),
-                                expected=inst.expected_tests).all_passed
+        assert not run_probes(sb, suite, files=fixed, tests=inst.expected_tests).failed()
     for name, files in attacks.items():
         compile(files[path], path, "exec")  # the attack runs: it is not a syntax error
         with env.grading_sandbox() as sb:
-            result = run_hidden_tests(sb, files=files, tests=project_tests(inst.project), expected=inst.expected_tests)
-        assert not result.all_passed, name
-    for name, files in tampering.items():
-        with env.grading_sandbox() as sb:
-            result = run_hidden_tests(sb, files=files, tests=project_tests(inst.project), expected=inst.expected_tests)
-        assert result.tampered and not result.all_passed and not result.outcomes, name
+            result = run_probes(sb, suite, files=files, tests=inst.expected_tests)
+        assert set(inst.fail_to_pass) & set(result.failed()), name
 
 
 def test_injected_attack_code_compiles_in_every_buggy_module(env):
@@ -204,10 +197,16 @@ def test_harbor_export_grades_like_envhub(tmp_path, sample):
         assert (logs / "reward.txt").read_text().strip() == expected
 
 
+NO_AGENT_PROCESS = "import os, sys; sys.exit(any(os.stat(f'/proc/{p}').st_uid == 1000 for p in os.listdir('/proc') " \
+                   "if p.isdigit()))"
+
+
 @pytest.mark.docker
 def test_harbor_task_builds_and_is_solved_in_its_own_container(tmp_path, sample):
     """What Harbor does: build environment/, let the agent (here solve.sh) work as the image's
-    user, then upload tests/ and run test.sh; the reward file says 1 for the fix, 0 for nothing."""
+    user, then upload tests/ and run test.sh as root (``[verifier] user = "root"``); the reward
+    file says 1 for the fix, 0 for nothing. The agent also leaves a process running that tries to
+    read the uploaded tests: it is stopped, and the expected observations are root's alone."""
     require_backend("docker")
     out = tmp_path / "harbor"
     subprocess.run(["envhub", "tasks", "export", ENV, str(out), "--format", "harbor", "--split", "train",
@@ -221,11 +220,16 @@ def test_harbor_task_builds_and_is_solved_in_its_own_container(tmp_path, sample)
             logs = tmp_path / f"logs{solve}"
             logs.mkdir(mode=0o777)
             logs.chmod(0o777)
-            agent = "bash /solution/solve.sh && " if solve else ""
+            tests = tmp_path / f"tests{solve}"
+            shutil.copytree(task / "tests", tests)  # Harbor copies tests/ in: the container may change it
+            as_agent = "setpriv --reuid=1000 --regid=1000 --clear-groups"
+            lurker = "(while :; do cat /tests/expected.json > /tmp/stolen 2>/dev/null; sleep 0.05; done) &"
+            agent = f"{as_agent} bash -c '{lurker} " + ("bash /solution/solve.sh" if solve else "true") + "' && "
             res = subprocess.run(
-                ["docker", "run", "--rm", "--network", "none", "-v", f"{task / 'solution'}:/solution:ro",
-                 "-v", f"{task / 'tests'}:/tests:ro", "-v", f"{logs}:/logs/verifier", tag,
-                 "bash", "-c", f"{agent}bash /tests/test.sh"], capture_output=True, text=True, timeout=300)
+                ["docker", "run", "--rm", "--user", "0", "--network", "none", "-v", f"{task / 'solution'}:/solution:ro",
+                 "-v", f"{tests}:/tests", "-v", f"{logs}:/logs/verifier", tag,
+                 "bash", "-c", f"{agent}bash /tests/test.sh && python3 -c {NO_AGENT_PROCESS!r} && ! test -s /tmp/stolen"],
+                capture_output=True, text=True, timeout=300)
             assert res.returncode == 0, res.stdout + res.stderr
             assert (logs / "reward.txt").read_text().strip() == expected, res.stdout + res.stderr
     finally:

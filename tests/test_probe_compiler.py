@@ -8,7 +8,7 @@ import pytest
 
 from envhub.tasks.code_repair.manifest import PROJECTS_DIR
 from envhub.tasks.code_repair.workspace import project_tests
-from envhub.verifiers.probes.compiler import ProbeCompileError, compile_tests
+from envhub.verifiers.probes.compiler import Probe, ProbeCompileError, compile_tests
 
 SAMPLE = '''
 import pytest
@@ -63,49 +63,54 @@ def test_errors():
 '''
 
 
-def _functions(source: str) -> dict[str, str]:
-    return {n.name: ast.unparse(n) for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+def _functions(probe: Probe) -> dict[str, str]:
+    """Every function of every probe module, by name, as source."""
+    return {n.name: ast.unparse(n) for text in probe.modules.values() for n in ast.parse(text).body
+            if isinstance(n, ast.FunctionDef)}
 
 
 def test_expected_values_never_reach_the_probe() -> None:
     probe = compile_tests("tests/test_shop.py", SAMPLE)
-    assert "SECRET" not in probe.source
-    assert "pytest" not in probe.source
-    assert "EXPECTED_TOTALS" not in probe.source and "def reference" not in probe.source
-    functions = _functions(probe.source)
+    comparison = "test_totals__envhub_segment_1"  # basket.total('b') == reference('b'), observed on its own
+    for function, text in probe.modules.items():
+        assert "pytest" not in text and "EXPECTED_TOTALS" not in text and "TAX" not in text
+        assert ("SECRET" in text) == (function == comparison), function
+        assert "reference" not in text or function == comparison
+        others = set(probe.modules) - {function, "basket"}
+        assert not {n.name for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)} & others
+    functions = _functions(probe)
     # the parametrized expectation column is gone, the input column stays
     assert "def test_price(code)" in functions["test_price"]
-    assert "@cases('code', [('a',), ('b',)])" in functions["test_price"]
+    assert "@cases('code', ['a', 'b'])" in functions["test_price"]
     # one shared table: each test keeps its own input column
-    assert "[(1,), (2,)]" in functions["test_name"]
+    assert "@cases('number', [1, 2])" in functions["test_name"]
     assert "def test_number(number)" in functions["test_number"]
-    assert probe.tables == {"test_price": [["code"]], "test_name": [["number"]], "test_number": [["number"]],
-                            "test_totals": [], "test_errors": []}
-    assert "basket" in functions  # fixtures survive, as fixtures
-    assert "TAX" not in probe.source  # unused constants are dropped
+    assert probe.tables["test_price"] == [["code"]] and probe.tables["test_number"] == [["number"]]
+    assert "basket" in functions and "def basket" in probe.modules["test_totals"]  # fixtures go with their tests
+    assert "def basket" not in probe.modules["test_price"]
 
 
 def test_each_assertion_becomes_observations() -> None:
     probe = compile_tests("tests/test_shop.py", SAMPLE)
-    body = _functions(probe.source)["test_totals"]
+    body = _functions(probe)["test_totals"]
     observed = [ast.unparse(c.args[0]) for c in ast.walk(ast.parse(body))
                 if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "observe"]
     assert observed == [
         "basket.totals()", "basket.total('a')", "basket.total('b')",
-        "basket.weight()",                                       # plain bounds are dropped
-        "basket.first()", "basket.last()", "basket.first() < basket.last()",  # two live operands: and their order
+        "basket.weight()", "0 < basket.weight() <= 10",          # bounds are inputs: the comparison is observed
+        "basket.first()", "basket.last()", "basket.first() < basket.last()",
         "basket.empty()",
         "basket.ratio()",
     ]
     approx_sites = [rule for rule in probe.sites.values() if rule]
     assert approx_sites == [{"approx": [1e-3, 1e-12]}]
-    errors = _functions(probe.source)["test_errors"]
+    errors = _functions(probe)["test_errors"]
     assert "raises(" in errors and "message=True" in errors and "message=False" in errors
 
 
 def test_swapped_operands_observe_the_actual_side() -> None:
     probe = compile_tests("t.py", "from m import f\n\ndef test_a():\n    assert 'SECRET' == f(1)\n")
-    assert "observe(f(1), 0)" in probe.source and "SECRET" not in probe.source
+    assert "observe(f(1), 0)" in probe.modules["test_a"] and "SECRET" not in probe.modules["test_a"]
 
 
 def test_unsupported_constructs_are_refused() -> None:
@@ -120,28 +125,26 @@ def test_unsupported_constructs_are_refused() -> None:
 def test_a_value_expected_by_one_assertion_and_input_of_another_splits_the_test() -> None:
     source = project_tests("rle_codec")["tests/test_rle_codec.py"]
     probe = compile_tests("tests/test_rle_codec.py", source)
-    functions = _functions_ast(probe.source)
+    functions = {n.name: n for text in probe.modules.values() for n in ast.parse(text).body
+                 if isinstance(n, ast.FunctionDef)}
     first = functions["test_encode_with_max_run"]
-    second = functions["test_encode_with_max_run__envhub_segment_1"]
+    last = functions["test_encode_with_max_run__envhub_segment_2"]
     assert [a.arg for a in first.args.args] == ["text", "max_run"]   # encode(...) never sees the encoding
-    assert [a.arg for a in second.args.args] == ["expected"]         # decode(...) never sees the text
-    assert probe.functions("test_encode_with_max_run") == ["test_encode_with_max_run",
-                                                           "test_encode_with_max_run__envhub_segment_1"]
+    assert [a.arg for a in last.args.args] == ["expected"]           # decode(...) never sees the text
+    assert "2a2aa" not in probe.modules["test_encode_with_max_run"]    # nor does its module hold the other's rows
+    assert probe.functions("test_encode_with_max_run") == [
+        "test_encode_with_max_run", "test_encode_with_max_run__envhub_segment_1",  # the two comparisons
+        "test_encode_with_max_run__envhub_segment_2"]
 
 
 @pytest.mark.parametrize("project", sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "project.json").exists()))
 def test_every_project_compiles(project: str) -> None:
     for path, source in project_tests(project).items():
         probe = compile_tests(path, source)
-        compile(probe.source, path, "exec")
         original = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
-        tests = [n for n in _functions_ast(probe.source) if n.startswith("test_")]
-        assert {n.split("__envhub_segment_")[0] for n in tests} <= original
-        for name in tests:
-            params = {a.arg for a in _functions_ast(probe.source)[name].args.args}
+        assert {n.split("__envhub_segment_")[0] for n in probe.modules} <= original
+        for name, text in probe.modules.items():
+            compile(text, probe.module_path(name), "exec")
+            fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
             # a parameter named as an expectation survives only as the input of another segment
-            assert not params & {"expected", "want"} or "__envhub_segment_" in name, (path, name)
-
-
-def _functions_ast(source: str) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+            assert not {a.arg for a in fn.args.args} & {"expected", "want"} or "__envhub_segment_" in name, (path, name)

@@ -1,10 +1,13 @@
 """Export code-repair instances as Harbor task directories, so the same tasks run in Harbor.
 
 Layout per task (Harbor's task format): ``instruction.md``; ``task.toml``; ``environment/Dockerfile``
-with the buggy repository as its build context (the agent works in /app); ``tests/test.sh`` that
-runs ``grade.py`` and writes ``/logs/verifier/reward.txt``, with the hidden tests under
-``tests/hidden/`` (Harbor uploads tests/ only after the agent has finished); ``solution/solve.sh``
-that restores the original files.
+with the buggy repository as its build context (the agent works in /app as uid 1000);
+``tests/test.sh`` that runs ``grade.py`` as root (``[verifier] user = "root"``) and writes
+``/logs/verifier/reward.txt``; ``solution/solve.sh`` that restores the original files.
+
+``tests/`` (uploaded by Harbor only after the agent has finished) holds the same grader as envhub's:
+the probe modules, runtime and runner, run as the agent's uid; and ``expected.json`` with the gold's
+observations, mode 0600, read and compared by the root process only.
 """
 
 from __future__ import annotations
@@ -16,16 +19,18 @@ from pathlib import Path
 
 from envhub import safe_ast
 from envhub.verifiers import integrity
-from envhub.verifiers.pytest_grader import GRADE_DIR, PLUGIN_MODULE, grading_bootstrap
+from envhub.verifiers.probes import compare, grader
 
 from .manifest import Instance
-from .workspace import agent_files, project_sources, project_tests
+from .observations import project_suite
+from .workspace import agent_files, project_sources
 
 HERE = Path(__file__).resolve().parent
 VERIFIERS = Path(integrity.__file__).resolve().parent
+AGENT_UID = 1000  # the base image's user (envhub.sandboxes.docker_backend)
 
 TEST_SH = """#!/bin/bash
-# Grade the agent's /app: integrity checks, then the hidden tests in a fresh directory.
+# Grade the agent's /app (runs as root): integrity checks, then the probes as the agent's uid.
 mkdir -p "${ENVHUB_LOG_DIR:-/logs/verifier}"
 python3 "$(dirname "$0")/grade.py" || echo 0 > "${ENVHUB_LOG_DIR:-/logs/verifier}/reward.txt"
 """
@@ -57,7 +62,7 @@ def _task_toml(inst: Instance, prompt_difficulty: str) -> str:
         f"tags = {tags}\n"
         f'envhub_instance_id = "{inst.instance_id}"\n'
         f'envhub_split = "{inst.split}"\n\n'
-        "[verifier]\ntimeout_sec = 300.0\n\n"
+        '[verifier]\ntimeout_sec = 300.0\nuser = "root"\n\n'
         "[agent]\ntimeout_sec = 1800.0\n\n"
         "[environment]\nbuild_timeout_sec = 600.0\ncpus = 1\nmemory_mb = 2048\nstorage_mb = 4096\n"
     )
@@ -78,17 +83,27 @@ def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str)
             path.write_text(text)
         (env_dir / "Dockerfile").write_text(_dockerfile(base_image))
         tests = tmp / "tests"
-        for rel, text in project_tests(inst.project).items():
-            path = tests / "hidden" / rel.removeprefix("tests/")
+        tests.mkdir()
+        suite = project_suite(inst.project)
+        run_plan, index_of = grader.plan(suite, inst.expected_tests, timeout_s=20.0)
+        for rel, text in grader.probe_files(suite, run_plan).items():
+            path = tests / "probe" / rel.removeprefix(f"{grader.PROBE_DIR}/")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
         shutil.copy(HERE / "harbor_grade.py", tests / "grade.py")
         shutil.copy(VERIFIERS / "integrity.py", tests / "integrity.py")
         shutil.copy(safe_ast.__file__, tests / "safe_ast.py")  # integrity.py parses through it
-        shutil.copy(VERIFIERS / "pytest_report_plugin.py", tests / f"{PLUGIN_MODULE}.py")
-        (tests / "expected.json").write_text(json.dumps({"expected": inst.expected_tests, "given": given,
-                                                         "bootstrap": grading_bootstrap(), "grade_dir": GRADE_DIR,
-                                                         "plugin": f"{PLUGIN_MODULE}.py"}))
+        shutil.copy(compare.__file__, tests / "compare.py")
+        expected = tests / "expected.json"
+        expected.write_text(json.dumps({
+            "given": given, "tests": inst.expected_tests, "probe_dir": grader.PROBE_DIR,
+            "command": grader.runner_command(), "env": grader.RUNNER_ENV, "agent_uid": AGENT_UID,
+            "index": {str(i): [t, seg] for i, (t, seg) in index_of.items()},
+            "expected": {t: suite.expected[t] for t in inst.expected_tests},
+            "rules": {t: {str(k): v for k, v in suite.probes[suite.tests[t].module].sites.items()}
+                      for t in inst.expected_tests},
+        }))
+        expected.chmod(0o600)
         (tests / "test.sh").write_text(TEST_SH)
         (tests / "test.sh").chmod(0o755)
         original = project_sources(inst.project)

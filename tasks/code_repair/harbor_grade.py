@@ -1,39 +1,74 @@
-"""Standalone grader for Harbor exports: runs as ``python3 /tests/grade.py`` after the agent.
+"""Standalone grader for Harbor exports: ``python3 /tests/grade.py``, as root, after the agent.
 
-Harbor uploads ``tests/`` to ``/tests`` only after the agent has finished, so the hidden tests are
-never in the agent's container. This script repeats envhub's verifier with the standard library
-alone: integrity checks against the files the agent was given (``integrity.py``, copied from
-``envhub.verifiers.integrity`` with the ``safe_ast.py`` it imports), then the hidden tests in a
-fresh directory with our report plugin, and writes the reward to /logs/verifier/reward.txt.
+It repeats envhub's verifier with the standard library alone, under the same rule: no process
+that runs submitted code holds an expected value or decides the outcome.
+
+1. Every process of the agent's uid is stopped (something left running must not watch the
+   grading), and ``/tests`` -- with ``expected.json``, the gold's observations -- is made
+   readable by root only.
+2. The agent's ``/app`` is read as root and checked for tampering (``integrity.py``).
+3. The submitted ``src/`` and the probes (the hidden tests without expected values) go into a
+   fresh directory; the probe runner runs there as the agent's uid.
+4. This root process compares the runner's output with ``expected.json`` (``compare.py``) and
+   writes ``/logs/verifier/reward.txt``.
 """
 
+import contextlib
 import json
 import os
-import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import compare  # noqa: E402
 import integrity  # noqa: E402
 
 APP = os.environ.get("ENVHUB_APP_DIR", "/app")
 LOGS = os.environ.get("ENVHUB_LOG_DIR", "/logs/verifier")
+MAX_FILE_BYTES = 512 * 1024
+
+
+def stop_user(uid):
+    """SIGKILL every process of ``uid`` until none is left (they may fork while we look)."""
+    for _ in range(50):
+        found = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/status") as fh:
+                    uids = next(line for line in fh if line.startswith("Uid:")).split()[1:]
+            except (OSError, StopIteration):
+                continue
+            if str(uid) in uids and int(pid) != os.getpid():
+                found = True
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
+        if not found:
+            return
 
 
 def read_tree(root):
-    files = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".pytest_cache")]
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, root).replace(os.sep, "/")
-            if integrity.is_ignored(rel) or os.path.islink(path):
+    """The repository as text, walked without following links, as root (nothing can hide a file)."""
+    files, stack = {}, [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = os.path.relpath(entry.path, root).replace(os.sep, "/")
+            if integrity.is_ignored(rel) or entry.is_symlink():
                 continue
-            with open(path, "rb") as fh:
-                files[rel] = fh.read().decode("utf-8", "replace")
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                with open(entry.path, "rb") as fh:
+                    data = fh.read(MAX_FILE_BYTES)
+                files[rel] = "<binary>" if b"\0" in data else data.decode("utf-8", "replace")
     return files
 
 
@@ -48,40 +83,52 @@ def finish(reward, reason):
 def main():
     with open(os.path.join(HERE, "expected.json")) as fh:
         spec = json.load(fh)
+    uid = int(spec["agent_uid"])
+    # In Harbor's container (root, /app): nothing of the agent's may keep running. Elsewhere (a local
+    # check with ENVHUB_APP_DIR) other processes of that uid are not ours to stop.
+    own_container = os.geteuid() == 0 and "ENVHUB_APP_DIR" not in os.environ
+    if own_container:
+        stop_user(uid)
+        with contextlib.suppress(OSError):
+            os.chmod(HERE, 0o700)
     final = read_tree(APP)
     findings = integrity.file_findings(spec["given"], final, ["src"])
     findings += integrity.code_findings(spec["given"], {p: t for p, t in final.items() if p.startswith("src/")})
     if findings:
         finish(0, "tampering detected: " + "; ".join(str(f) for f in findings[:10]))
-    work = tempfile.mkdtemp(prefix="grade-")
+    work = tempfile.mkdtemp(prefix="envhub-grade-")
+    os.chmod(work, 0o755)
     for rel, text in final.items():
         if rel.startswith("src/"):
             os.makedirs(os.path.dirname(os.path.join(work, rel)), exist_ok=True)
             with open(os.path.join(work, rel), "w") as fh:
                 fh.write(text)
-    shutil.copytree(os.path.join(HERE, "hidden"), os.path.join(work, "tests"))
-    grade_dir = os.path.join(work, spec["grade_dir"])  # where the bootstrap imports the plugin from
-    os.makedirs(grade_dir)
-    shutil.copy(os.path.join(HERE, spec["plugin"]), grade_dir)
-    report = os.path.join(grade_dir, f"report-{secrets.token_hex(12)}.json")
-    boot = spec["bootstrap"]  # the same command line as envhub's own grader
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "ENVHUB_REPORT": report,
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    shutil.copytree(os.path.join(HERE, "probe"), os.path.join(work, spec["probe_dir"]))
+    for dirpath, dirnames, filenames in os.walk(work):
+        for name in dirnames:
+            os.chmod(os.path.join(dirpath, name), 0o755)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o644)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec["env"]}
+    drop = {"user": uid, "group": uid, "extra_groups": []} if os.geteuid() == 0 else {}
     try:
-        subprocess.run([sys.executable, "-I", "-c", boot], cwd=work, env=env, timeout=300, check=False)
-    except subprocess.TimeoutExpired:
-        finish(0, "the hidden tests timed out")
-    if not os.path.exists(report):
-        finish(0, "no test report (the run exited early)")
-    with open(report) as fh:
-        data = json.load(fh)
-    if data.get("tampered"):
-        finish(0, "tampering detected while the tests ran: " + "; ".join(data["tampered"][:5]))
-    outcomes = data["outcomes"]
-    bad = [t for t in spec["expected"] if outcomes.get(t) != "passed"]
+        proc = subprocess.run(spec["command"], cwd=work, env=env, timeout=240, capture_output=True, text=True,
+                              errors="replace", check=False, **drop)
+        stdout = proc.stdout
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    if own_container:
+        stop_user(uid)  # nothing the run started may outlive it
+    index = {int(i): (t, seg) for i, (t, seg) in spec["index"].items()}
+    reported = compare.read_report(stdout, set(index))
+    bad = []
+    for i, (test, segment) in sorted(index.items()):
+        verdict = compare.judge(reported, i, spec["expected"][test][segment], spec["rules"][test])
+        if not verdict.passed and test not in bad:
+            bad.append(test)
     if bad:
-        finish(0, f"{len(bad)} of {len(spec['expected'])} hidden tests did not pass, e.g. {bad[0]}")
-    finish(1, f"all {len(spec['expected'])} hidden tests passed")
+        finish(0, f"{len(bad)} of {len(spec['tests'])} hidden tests differ from the gold, e.g. {bad[0]}")
+    finish(1, f"all {len(spec['tests'])} hidden tests observed as the gold")
 
 
 if __name__ == "__main__":

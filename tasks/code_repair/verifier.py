@@ -5,9 +5,10 @@ Layers (DESIGN.md):
 1. gate ``snapshot`` -- the agent's sandbox answers and its files can be read (else ``env_error``);
 2. gate ``integrity`` -- no tampering with tests, configuration or the test runner
    (:mod:`envhub.verifiers.integrity`; a finding is ``format_error`` with the reasons);
-3. correctness ``hidden_tests`` -- the submitted ``src/`` and the *original* tests go into a fresh
-   sandbox; every fail-to-pass and pass-to-pass test must be reported passed by our own report
-   plugin (:mod:`envhub.verifiers.pytest_grader`). Partial credit (fraction of fail-to-pass tests
+3. correctness ``hidden_tests`` -- the submitted ``src/`` and the hidden tests compiled into
+   observation probes (no expected values in them) go into a fresh sandbox; every fail-to-pass and
+   pass-to-pass test must observe exactly what the gold sources observed, compared here, in the
+   trusted process (:mod:`envhub.verifiers.probes`). Partial credit (fraction of fail-to-pass tests
    passing while every pass-to-pass test still passes) is optional and off by default.
 """
 
@@ -19,9 +20,9 @@ from envhub.sandboxes.base import Sandbox
 from envhub.types import Outcome, Task
 from envhub.verifiers.integrity import code_findings, file_findings, is_ignored
 from envhub.verifiers.layered import GateFailure, Graded, LayeredVerifier
-from envhub.verifiers.pytest_grader import run_hidden_tests
+from envhub.verifiers.probes.grader import run_probes
 
-from .workspace import project_tests
+from .observations import project_suite
 
 if TYPE_CHECKING:
     from envhub.env import Episode
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .env import CodeRepairEnv
 
 MAX_FILE_BYTES = 512 * 1024
+GRADE_TIMEOUT_S = 120.0
 SOURCE_ROOT = "src"
 
 
@@ -71,6 +73,13 @@ class IntegrityGate:
 
 
 class HiddenTests:
+    """Hidden tests as observation probes in a fresh sandbox, judged against the gold's observations.
+
+    A grading run that breaks (the submission killed the runner or the sandbox) is retried once in
+    another fresh sandbox; a second break is the submission's failure. Starting a grading sandbox
+    happens before any submitted code runs, so a failure there stays infrastructure.
+    """
+
     name = "hidden_tests"
 
     def __init__(self, env: CodeRepairEnv):
@@ -80,27 +89,29 @@ class HiddenTests:
         assert episode is not None
         inst = self.env.tasks.instance(task.task_id)
         sources = {p: t for p, t in episode.scratch["final"].items() if p.startswith(f"{SOURCE_ROOT}/")}
-        with self.env.grading_sandbox() as sandbox:
-            results = run_hidden_tests(sandbox, files=sources, tests=project_tests(inst.project),
-                                       expected=inst.expected_tests, timeout=120.0)
-        if results.tampered:
-            raise GateFailure(Outcome.FORMAT_ERROR, "tampering detected while the tests ran: "
-                              + "; ".join(results.tampered[:5]))
+        suite = project_suite(inst.project)
+        for attempt in (1, 2):
+            with self.env.grading_sandbox() as sandbox:
+                results = run_probes(sandbox, suite, files=sources, tests=inst.expected_tests, timeout=GRADE_TIMEOUT_S)
+            if results.complete or attempt == 2:
+                break
         f2p_passed = len(results.passed(inst.fail_to_pass))
-        p2p_ok = len(results.passed(inst.pass_to_pass)) == len(inst.pass_to_pass)
+        p2p_passed = len(results.passed(inst.pass_to_pass))
+        p2p_ok = p2p_passed == len(inst.pass_to_pass)
         score = f2p_passed / len(inst.fail_to_pass) if p2p_ok else 0.0
+        failed = [t for t in inst.expected_tests if t not in results.passed(inst.expected_tests)]
         details = {
             "fail_to_pass_passed": f2p_passed, "fail_to_pass": len(inst.fail_to_pass),
-            "pass_to_pass_passed": len(results.passed(inst.pass_to_pass)), "pass_to_pass": len(inst.pass_to_pass),
-            "missing": results.missing[:20], "failed": results.failed[:20],
-            "collection_errors": results.collection_errors[:5], "report_written": results.report_written,
-            "timed_out": results.timed_out,
+            "pass_to_pass_passed": p2p_passed, "pass_to_pass": len(inst.pass_to_pass),
+            "failed": {t: getattr(results.verdicts.get(t), "reason", "not judged") for t in failed[:20]},
+            "complete": results.complete, "timed_out": results.timed_out, "anomalies": results.anomalies,
+            "attempts": attempt,
         }
-        if results.all_passed:
-            return Graded(1.0, True, f"all {len(inst.expected_tests)} hidden tests passed", details)
-        why = ("the test run timed out" if results.timed_out else
-               "no test report (the run exited early)" if not results.report_written else
-               f"{len(results.failed)} failed, {len(results.missing)} missing of {len(inst.expected_tests)}")
+        if not failed:
+            return Graded(1.0, True, f"all {len(inst.expected_tests)} hidden tests observed as the gold", details)
+        why = (f"{len(failed)} of {len(inst.expected_tests)} hidden tests differ from the gold"
+               + ("" if results.complete else "; the grading run did not finish (timed out or killed)")
+               + (f"; {'; '.join(results.anomalies)}" if results.anomalies else ""))
         return Graded(score, False, why, details)
 
 

@@ -6,11 +6,15 @@ in the trusted process with the observations of the gold sources (:mod:`.compare
 
 * ``assert actual == expected`` becomes ``observe(actual, site)``: the expected side is dropped from
   the source. The actual side is the left one, unless the left side is plain data and the right
-  side is not (``assert 3 == f(x)``).
+  side is not (``assert 3 == f(x)``). Where both sides are the project's (``assert a == B(2)``),
+  the comparison itself is observed as well -- the project's ``__eq__`` may be what is broken --
+  in a segment of its own, so that ``a`` is also observed where ``B(2)`` never runs.
 * ``assert actual == pytest.approx(v, rel=r, abs=a)`` observes ``actual`` at a site whose tolerance
   is kept in the trusted site table, never in the probe.
-* any other comparison observes each operand that is not plain data, and the comparison's own
-  result when two or more operands are (``assert a < b`` between two submitted objects);
+* a comparison of hashes or ids (which differ between processes) observes its result;
+* any other comparison (``in``, ``<``, ``!=``, ...) observes each operand that is not plain data,
+  and its own result: its plain operands are inputs and bounds, and the project's ``__contains__``
+  or ``__lt__`` may be what is broken;
   ``assert e`` (no comparison) observes ``e``; ``assert not e`` observes ``e``. Messages are dropped.
 * ``with pytest.raises(E, match=M) as info:`` becomes ``with raises(site, message=True) as info:``:
   the exception's type (and, where the test checked the message, its arguments) is observed.
@@ -49,10 +53,12 @@ class ProbeCompileError(ValueError):
 
 @dataclass
 class Probe:
-    """One compiled test module."""
+    """One compiled test module: a probe module per probe function, each holding only what that
+    function needs (so no child ever imports another test's rows, constants or helpers)."""
 
     path: str
-    source: str
+    #: probe function -> the source of its own module
+    modules: dict[str, str]
     #: site id -> trusted comparison rule for the observations made there ({} = exact)
     sites: dict[int, dict[str, Any]]
     #: test function -> the argument names its ``cases`` tables bind, in table order
@@ -62,15 +68,23 @@ class Probe:
     #: "function: name" where an expected value is also an input outside any assertion (reported)
     residual: list[str] = field(default_factory=list)
 
+    def module_path(self, function: str) -> str:
+        """Where the module of ``function`` goes, relative to the probe directory."""
+        return f"{self.path.removesuffix('.py')}/{function}.py"
+
     def functions(self, test: str) -> list[str]:
         """The probe functions that together make up the pytest function ``test``."""
         return [test] + [f"{test}{SEGMENT_MARK}{n}" for n in range(1, self.segments.get(test, 1))]
 
 
-def compile_tests(path: str, source: str) -> Probe:
-    """The probe module for the pytest module ``source`` (named ``path`` in messages)."""
+def compile_tests(path: str, source: str, unsegmented: frozenset[str] = frozenset()) -> Probe:
+    """The probe modules for the pytest module ``source`` (named ``path`` in messages).
+
+    ``unsegmented`` names test functions that stay whole even where splitting would hide an
+    expectation (their segments did not run cleanly on the gold: a stateful test whose model
+    needs every call); what they keep is reported in ``Probe.residual``."""
     tree = safe_ast.parse(source)
-    module = _Module(path, tree)
+    module = _Module(path, tree, unsegmented)
     body: list[ast.stmt] = []
     for node in tree.body:
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -87,22 +101,28 @@ def compile_tests(path: str, source: str) -> Probe:
             body.append(node)
         else:
             body.append(node)
-    tree.body = _prune_module(body)
     header = ast.parse(f"from envhub_probe import {', '.join(RUNTIME_NAMES)}").body
-    tree.body = header + tree.body
-    ast.fix_missing_locations(tree)
-    text = ast.unparse(tree) + "\n"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == "pytest":
-            raise ProbeCompileError(f"{path}:{getattr(node, 'lineno', '?')}: pytest is still used after compiling")
-    return Probe(path=path, source=text, sites=module.sites, tables=module.tables, segments=module.segmented, residual=module.residual)
+    fixtures = {n.name: n for n in body if isinstance(n, ast.FunctionDef) and not n.name.startswith("test_")
+                and n.decorator_list}
+    modules: dict[str, str] = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            roots = [node, *(fixtures[a.arg] for a in node.args.args if a.arg in fixtures)]
+            tree.body = header + _prune_module(body, roots)
+            ast.fix_missing_locations(tree)
+            modules[node.name] = ast.unparse(tree) + "\n"
+            if any(isinstance(n, ast.Name) and n.id == "pytest" for n in ast.walk(tree)):
+                raise ProbeCompileError(f"{path}: {node.name} still uses pytest after compiling")
+    return Probe(path=path, modules=modules, sites=module.sites, tables=module.tables, segments=module.segmented,
+                 residual=module.residual)
 
 
 # ---- the module: names, plain data, sites ---------------------------------------------------------
 
 class _Module:
-    def __init__(self, path: str, tree: ast.Module):
+    def __init__(self, path: str, tree: ast.Module, unsegmented: frozenset[str] = frozenset()):
         self.path = path
+        self.unsegmented = unsegmented
         self.sites: dict[int, dict[str, Any]] = {}
         self.tables: dict[str, list[list[str]]] = {}
         self.segmented: dict[str, int] = {}
@@ -184,13 +204,17 @@ class _Module:
         if others:
             raise ProbeCompileError(f"{self.path}:{fn.lineno}: unsupported decorator {ast.unparse(others[0])}")
         table_names = {n for names, _ in tables for n in names}
+        escaping = _escaping(fn)
         plain_params = {name for names, rows in tables for i, name in enumerate(names)
-                        if all(self.plain(row[i], set()) for row in rows)}
-        plain = plain_params | _plain_locals(fn, self, plain_params)
+                        if all(self.plain(row[i], set()) for row in rows)} - escaping
+        plain = plain_params | (_plain_locals(fn, self, plain_params) - escaping)
         self._dropped: dict[int, set[str]] = {}
+        self._isolated: set[int] = set()
+        self._locals = _assigned_names(fn)
         fn.body = self._statements(fn.body, plain)
-        data_names = table_names | _assigned_names(fn) | {a.arg for a in fn.args.args}
-        segments = _segments(fn, self._dropped, data_names)
+        data_names = table_names | self._locals | {a.arg for a in fn.args.args}
+        segments = [set(self._dropped)] if fn.name in self.unsegmented else \
+            _segments(fn, self._dropped, data_names, self._isolated)
         self.residual += [f"{fn.name}: {name}" for name in _unsplittable(fn, self._dropped, data_names)]
         if len(segments) > 1:
             self.segmented[fn.name] = len(segments)
@@ -214,7 +238,8 @@ class _Module:
             if not keep:
                 continue
             kept = [names[i] for i in keep]
-            values = [ast.Tuple([copy.deepcopy(row[i]) for i in keep], ast.Load()) for row in rows]
+            values = [copy.deepcopy(row[keep[0]]) if len(keep) == 1 else
+                      ast.Tuple([copy.deepcopy(row[i]) for i in keep], ast.Load()) for row in rows]
             decorators.append(ast.Call(ast.Name("cases", ast.Load()),
                                        [ast.Constant(", ".join(kept)), ast.List(values, ast.Load())], []))
             bound.append(kept)
@@ -277,12 +302,13 @@ class _Module:
         return ast.Expr(ast.Call(ast.Name("observe", ast.Load()), [node, self.site(rule)], []))
 
     def _assert(self, test: ast.expr, plain: set[str]) -> list[ast.stmt]:
-        observations = self._observations(test, plain)
-        kept = _loaded_names(observations)
-        dropped = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} - kept
-        for stmt in observations:
-            self._dropped[_site_of(stmt)] = dropped
-        return observations
+        statements = self._observations(test, plain)
+        names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+        for stmt in statements:
+            if _is_observe(stmt):
+                site = _site_of(stmt)
+                self._dropped[site] = set() if site in self._isolated else names - _loaded_names([stmt])
+        return statements
 
     def _observations(self, test: ast.expr, plain: set[str]) -> list[ast.stmt]:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -290,6 +316,8 @@ class _Module:
         if not isinstance(test, ast.Compare):
             return [] if self.plain(test, plain) else [self._observe(test)]
         operands = [test.left, *test.comparators]
+        if any(_per_process(o) for o in operands):  # hashes and ids differ between processes by design
+            return [self._observe(test)]
         if len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
             left, right = operands
             approx = _approx(right) or _approx(left)
@@ -297,12 +325,21 @@ class _Module:
                 left, right = right, left
             if self.plain(left, plain):
                 return []
-            return [self._observe(left, approx)]
+            if _mutates(right, self._locals):  # the test's own model (``reference.pop(k)``) must advance
+                return [self._observe(left, approx), ast.Expr(right)]
+            if approx or self.plain(right, plain) or isinstance(test.ops[0], ast.Is):
+                return [self._observe(left, approx)]
+            # both sides are the project's: its own ``__eq__`` is under test too, but that comparison
+            # runs in a segment of its own, so ``left`` is also observed where ``right`` never is
+            compared = self._observe(test)
+            self._isolated.add(_site_of(compared))
+            return [self._observe(left), compared]
         live = [o for o in operands if not self.plain(o, plain) and not _approx(o)]
-        out = [self._observe(o) for o in live]
-        if len(live) >= 2 and len(live) == len(operands):
-            out.append(self._observe(test))
-        return out
+        if not live:
+            return []
+        # plain operands here are inputs and bounds (``x in s``, ``0 < n``), not expected values: the
+        # project's own ``__contains__`` / ``__lt__`` decide, so the comparison is observed too
+        return [*(self._observe(o) for o in live), self._observe(test)]
 
 
 # ---- helpers ---------------------------------------------------------------------------------------
@@ -316,6 +353,10 @@ def _decorator(fn: ast.FunctionDef, name: str) -> ast.expr | None:
 
 def _is_parametrize(deco: ast.expr) -> bool:
     return isinstance(deco, ast.Call) and ast.unparse(deco.func) == "pytest.mark.parametrize"
+
+
+def _per_process(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hash", "id")
 
 
 def _approx(node: ast.expr) -> dict[str, Any] | None:
@@ -360,6 +401,21 @@ def _plain_locals(fn: ast.FunctionDef, module: _Module, plain_params: set[str]) 
     return plain
 
 
+def _escaping(fn: ast.FunctionDef) -> set[str]:
+    """Names the project may change or see: call arguments, method receivers, names in lambdas
+    (``evicted = []`` filled by an ``on_evict`` callback is the project's output, not plain data)."""
+    out: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call):
+            parts: list[ast.AST] = [*node.args, *(k.value for k in node.keywords)]
+            if isinstance(node.func, ast.Attribute):
+                parts.append(node.func.value)
+            out |= {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Lambda):
+            out |= {n.id for n in ast.walk(node.body) if isinstance(n, ast.Name)}
+    return out
+
+
 def _drop_dead_stores(fn: ast.FunctionDef, module: _Module, plain: set[str]) -> None:
     """Remove ``name = <plain data>`` whose name nothing reads any more (it held an expectation)."""
     while True:
@@ -375,6 +431,23 @@ def _drop_dead_stores(fn: ast.FunctionDef, module: _Module, plain: set[str]) -> 
                     setattr(parent, attr, [s for s in stmts if s not in dead] or [ast.Pass()])
 
 
+def _is_observe(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+        getattr(stmt.value.func, "id", "") == "observe"
+
+
+def _mutates(node: ast.expr, local_names: set[str]) -> bool:
+    """Whether ``node`` calls a method of one of the test's own locals."""
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
+            root = call.func.value
+            while isinstance(root, ast.Attribute | ast.Subscript):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in local_names:
+                return True
+    return False
+
+
 def _site_of(stmt: ast.stmt) -> int:
     assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
     site = stmt.value.args[-1]
@@ -387,12 +460,13 @@ def _assigned_names(fn: ast.FunctionDef) -> set[str]:
 
 
 def _observe_sites(fn: ast.FunctionDef, sites: set[int]) -> list[ast.Expr]:
-    return [n for n in ast.walk(fn) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
-            and getattr(n.value.func, "id", "") == "observe" and _site_of(n) in sites]
+    return [n for n in ast.walk(fn) if _is_observe(n) and _site_of(n) in sites]
 
 
-def _segments(fn: ast.FunctionDef, dropped: dict[int, set[str]], data_names: set[str]) -> list[set[int]]:
-    """Group the assertion sites so that no group loads a data name that one of its own sites expected.
+def _segments(fn: ast.FunctionDef, dropped: dict[int, set[str]], data_names: set[str],
+              isolated: set[int]) -> list[set[int]]:
+    """Group the assertion sites so that no group loads a data name that one of its own sites expected,
+    and ``isolated`` sites (whole comparisons) never share a group with the others.
 
     Statements that are not observations run in every segment, so what they load counts for all.
     """
@@ -404,6 +478,8 @@ def _segments(fn: ast.FunctionDef, dropped: dict[int, set[str]], data_names: set
         loads = _loaded_names([stmt]) & data_names
         expects = dropped[site] & data_names
         for sites, group_loads, group_expects in groups:
+            if (site in isolated) != (min(sites) in isolated):
+                continue
             if not loads & group_expects and not expects & group_loads:
                 sites.add(site)
                 group_loads |= loads
@@ -439,9 +515,9 @@ def _defined(node: ast.stmt) -> set[str]:
     return set()
 
 
-def _prune_module(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Drop module-level constants and helpers that no remaining test, fixture or kept helper uses."""
-    roots = [n for n in body if isinstance(n, ast.FunctionDef) and (n.name.startswith("test_") or n.decorator_list)]
+def _prune_module(body: list[ast.stmt], roots: list[ast.FunctionDef]) -> list[ast.stmt]:
+    """The module ``roots`` need: imports, and the constants and helpers they use, transitively
+    (other tests, their rows and what only they use stay out)."""
     needed = _loaded_names(roots)  # type: ignore[arg-type]
     definitions = {name: node for node in body for name in _defined(node)}
     frontier = set(needed)
@@ -453,4 +529,5 @@ def _prune_module(body: list[ast.stmt]) -> list[ast.stmt]:
         for ref in _loaded_names([node]) - needed:
             needed.add(ref)
             frontier.add(ref)
-    return [n for n in body if not _defined(n) or n in roots or _defined(n) & needed]
+    return [n for n in body if n in roots or (not _defined(n) and not isinstance(n, ast.FunctionDef))
+            or (_defined(n) & needed and not (isinstance(n, ast.FunctionDef) and n.name.startswith("test_")))]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,12 @@ DEFAULT_PRELOAD = ("collections", "dataclasses", "datetime", "decimal", "enum", 
                    "heapq", "itertools", "json", "math", "re", "string", "typing")
 
 
+@lru_cache(maxsize=1)
 def runtime_source() -> str:
     return (PACKAGE_DIR / "runtime.py").read_text(encoding="utf-8")
 
 
+@lru_cache(maxsize=1)
 def runner_source() -> str:
     return (PACKAGE_DIR / "runner.py").read_text(encoding="utf-8")
 
@@ -64,16 +67,23 @@ class ProbeSuite:
     tests: dict[str, ProbeTest]
     expected: dict[str, list[dict[str, Any]]]
 
+    #: test module -> test functions kept whole (see :func:`compile_tests`)
+    unsegmented: dict[str, list[str]] = field(default_factory=dict)
+
     @classmethod
     def compile(cls, tests: dict[str, str], layout: dict[str, ProbeTest],
-                expected: dict[str, list[dict[str, Any]]] | None = None) -> ProbeSuite:
-        return cls({path: compile_tests(path, text) for path, text in sorted(tests.items())}, layout, expected or {})
+                expected: dict[str, list[dict[str, Any]]] | None = None,
+                unsegmented: dict[str, list[str]] | None = None) -> ProbeSuite:
+        whole = unsegmented or {}
+        probes = {path: compile_tests(path, text, frozenset(whole.get(path, ()))) for path, text in sorted(tests.items())}
+        return cls(probes, layout, expected or {}, {p: sorted(f) for p, f in whole.items() if f})
 
     def fingerprint(self) -> str:
         """What the expected observations were recorded against: probes, runtime and runner."""
         h = hashlib.sha256()
         for path, probe in sorted(self.probes.items()):
-            h.update(path.encode() + b"\0" + probe.source.encode() + b"\0")
+            for function, source in sorted(probe.modules.items()):
+                h.update(f"{path}::{function}".encode() + b"\0" + source.encode() + b"\0")
         h.update(runtime_source().encode() + b"\0" + runner_source().encode())
         return h.hexdigest()
 
@@ -95,6 +105,10 @@ class ProbeRun:
     def failed(self) -> list[str]:
         return sorted(t for t, v in self.verdicts.items() if not v.passed)
 
+    def all_passed(self, tests: list[str]) -> bool:
+        """Every one of ``tests`` was judged and passed (a test never judged is a failure)."""
+        return len(self.passed(tests)) == len(tests)
+
 
 def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float, paths: tuple[str, ...] = ("src",),
          max_bytes: int = 4 * 1024 * 1024) -> tuple[dict[str, Any], dict[int, tuple[str, int]]]:
@@ -112,7 +126,7 @@ def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float, paths: tuple[
             index = len(index_of)
             index_of[index] = (test_id, segment)
             bound = {name for table in probe.tables.get(function, []) for name in table}
-            batches.setdefault((probe_test.module, function), []).append(
+            batches.setdefault((probe.module_path(function), function), []).append(
                 {"index": index, "function": function,
                  "indices": {k: v for k, v in probe_test.indices.items() if k in bound}})
     return {
@@ -125,7 +139,9 @@ def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float, paths: tuple[
 
 def probe_files(suite: ProbeSuite, run_plan: dict[str, Any]) -> dict[str, str]:
     """Everything the grading sandbox gets besides the submission."""
-    files = {f"{PROBE_DIR}/{path}": probe.source for path, probe in suite.probes.items()}
+    wanted = {b["module"] for b in run_plan["batches"]}
+    files = {f"{PROBE_DIR}/{probe.module_path(function)}": source for probe in suite.probes.values()
+             for function, source in probe.modules.items() if f"{PROBE_DIR}/{probe.module_path(function)}" in wanted}
     files[f"{PROBE_DIR}/{RUNTIME_MODULE}.py"] = runtime_source()
     files[f"{PROBE_DIR}/{RUNNER_FILE}"] = runner_source()
     files[f"{PROBE_DIR}/plan.json"] = json.dumps(run_plan)
@@ -145,7 +161,7 @@ def verdicts_from_output(suite: ProbeSuite, index_of: dict[int, tuple[str, int]]
     for index, (test_id, segment) in index_of.items():
         rules = {str(k): v for k, v in suite.probes[suite.tests[test_id].module].sites.items()}
         verdict = judge(reported, index, suite.expected[test_id][segment], rules)
-        if run.verdicts.get(test_id, verdict).passed:
+        if test_id not in run.verdicts or run.verdicts[test_id].passed:  # the first failing segment decides
             run.verdicts[test_id] = verdict
     if reported.duplicated:
         run.anomalies.append(f"{len(reported.duplicated)} tests reported more than once")

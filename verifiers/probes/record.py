@@ -23,7 +23,16 @@ from typing import Any
 
 from .compare import read_report
 from .compiler import Probe
-from .grader import RUNNER_ENV, ProbeSuite, ProbeTest, plan, probe_files, runner_command
+from .grader import (
+    RUNNER_ENV,
+    ProbeRun,
+    ProbeSuite,
+    ProbeTest,
+    plan,
+    probe_files,
+    runner_command,
+    verdicts_from_output,
+)
 
 _COLLECTOR = r'''
 import json, sys
@@ -67,10 +76,8 @@ def collect_layout(project_root: Path, probes: dict[str, Probe]) -> dict[str, Pr
     return layout
 
 
-def run_on_host(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str = sys.executable,
-                timeout: float = 600.0) -> dict[str, list[dict[str, Any]]]:
-    """Run ``tests`` on ``sources`` in a temporary directory with a plain subprocess (trusted code only):
-    per test, one ``{"status", "observations", "detail"}`` per segment."""
+def _host_stdout(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str,
+                 timeout: float) -> tuple[str, dict[int, tuple[str, int]]]:
     run_plan, index_of = plan(suite, tests, timeout_s=60.0)
     root = Path(tempfile.mkdtemp(prefix="envhub-record-"))
     try:
@@ -82,9 +89,17 @@ def run_on_host(suite: ProbeSuite, sources: dict[str, str], tests: list[str], py
                               capture_output=True, text=True, timeout=timeout)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    reported = read_report(proc.stdout, set(index_of))
-    if not reported.done:
+    if not read_report(proc.stdout, set(index_of)).done:
         raise RecordError(f"the runner did not finish (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return proc.stdout, index_of
+
+
+def run_on_host(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str = sys.executable,
+                timeout: float = 600.0) -> dict[str, list[dict[str, Any]]]:
+    """Run ``tests`` on ``sources`` in a temporary directory with a plain subprocess (trusted code only):
+    per test, one ``{"status", "observations", "detail"}`` per segment."""
+    stdout, index_of = _host_stdout(suite, sources, tests, python, timeout)
+    reported = read_report(stdout, set(index_of))
     out: dict[str, list[dict[str, Any]]] = {}
     for index, (test_id, _segment) in sorted(index_of.items()):
         got = reported.results.get(index, {"status": "missing", "observations": []})
@@ -93,15 +108,35 @@ def run_on_host(suite: ProbeSuite, sources: dict[str, str], tests: list[str], py
     return out
 
 
+def judge_on_host(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str = sys.executable,
+                  timeout: float = 600.0) -> ProbeRun:
+    """The grader's verdicts for ``sources`` (our own code: the gold or a planted bug), run on the host."""
+    stdout, index_of = _host_stdout(suite, sources, tests, python, timeout)
+    return verdicts_from_output(suite, index_of, stdout)
+
+
 def record_project(project_root: Path, sources: dict[str, str], tests: dict[str, str]) -> ProbeSuite:
-    """Compile, lay out and record one project's suite from its gold sources."""
-    suite = ProbeSuite.compile(tests, {})
-    suite.tests = collect_layout(project_root, suite.probes)
-    ids = sorted(suite.tests)
-    first, second = run_on_host(suite, sources, ids), run_on_host(suite, sources, ids)
+    """Compile, lay out and record one project's suite from its gold sources.
+
+    A test whose segments do not all run cleanly on the gold (a stateful test whose own model needs
+    every call) is compiled again whole, once."""
+    unsegmented: dict[str, list[str]] = {}
+    for _ in range(2):
+        suite = ProbeSuite.compile(tests, {}, unsegmented=unsegmented)
+        suite.tests = collect_layout(project_root, suite.probes)
+        ids = sorted(suite.tests)
+        first = run_on_host(suite, sources, ids)
+        broken = {(suite.tests[t].module, suite.tests[t].function) for t in ids
+                  if any(seg["status"] != "ok" for seg in first[t])
+                  and suite.probes[suite.tests[t].module].segments.get(suite.tests[t].function)}
+        if not broken:
+            break
+        for module, function in broken:
+            unsegmented.setdefault(module, []).append(function)
     bad = [f"{t}: {seg['status']} {str(seg['detail'])[:300]}" for t in ids for seg in first[t] if seg["status"] != "ok"]
     if bad:
         raise RecordError(f"{project_root.name}: gold probes did not all pass:\n" + "\n".join(bad[:10]))
+    second = run_on_host(suite, sources, ids)
     unstable = [t for t in ids if [s["observations"] for s in first[t]] != [s["observations"] for s in second[t]]]
     if unstable:
         raise RecordError(f"{project_root.name}: observations differ between two gold runs: {unstable[:5]}")
