@@ -460,6 +460,19 @@ MODULES = {
         def test_alive():
             observe(1, 1)
         """,
+    "test_deep": """
+        import os
+        import envhub_probe
+        from envhub_probe import observe
+        def test_deep_json():
+            value = ["None"]
+            for _ in range(100):
+                value = ["list", [value]]
+            envhub_probe.send([envhub_probe._test, 1, value])
+        def test_nan():
+            body = b'[%d, 1, NaN]' % envhub_probe._test
+            os.write(envhub_probe._channel, len(body).to_bytes(4, "big") + body)
+        """,
 }
 
 #: (module, function, indices) in plan order; the list position is the test's plan index
@@ -491,6 +504,8 @@ TESTS = [
     ("test_exit_at_import", "test_two", {}),                            # 24
     ("test_bomb", "test_bomb", {}),                                     # 25 (sandboxes only)
     ("test_alive", "test_alive", {}),                                   # 26
+    ("test_deep", "test_deep_json", {}),                                # 27
+    ("test_deep", "test_nan", {}),                                      # 28
 ]
 BOMB = 25
 
@@ -578,6 +593,8 @@ def check_attacks(records: dict[int, dict[str, Any]], proc_fd: str, bomb: bool) 
     if bomb:
         expect(BOMB, "ok", [[1, ["bool", True]]])
     expect(26, "ok", [[1, _int(1)]])
+    expect(27, "malformed", [], "an undecodable or unattributable frame")  # deeper than any encoding
+    expect(28, "malformed", [], "an undecodable or unattributable frame")
 
 
 def test_runner_on_the_host_reports_every_attack_once(tmp_path: Path) -> None:
@@ -676,7 +693,9 @@ def test_thirty_test_functions_take_little_runner_time(sandboxes: dict[str, Any]
         assert records[0]["observations"][2] == [3, ["list", [_int(1), ["str", "x"], ["float", "1.5"]]]]
         stats = [json.loads(line) for line in result.stderr.splitlines() if line.startswith('{"batch"')]
         batches = sum(s["run_s"] + s["kill_s"] for s in stats)
+        cpu = sum(s["cpu_s"] for s in stats)
         best = min(best or batches, batches)
-        print(f"\n{backend}: 30 batches of 3 tests: {batches * 1000:.1f} ms in batches "
-              f"({batches / 30 * 1000:.2f} ms per batch), {result.duration_s * 1000:.1f} ms runner wall")
+        print(f"\n{backend}: 30 batches of 3 tests: {batches * 1000:.1f} ms wall in batches "
+              f"({batches / 30 * 1000:.2f} ms per batch, CPU {cpu / 30 * 1000:.2f} ms per batch), "
+              f"{result.duration_s * 1000:.1f} ms runner wall")
     assert best is not None and best < 1.0  # well under 100 ms on an idle machine; generous for CI load

@@ -16,7 +16,7 @@ no child left, reaping all; only then it drains the pipe and parses the frames. 
 through a pidfd after re-checking the ``/proc/<pid>/stat`` ppid chain up to the runner: on the
 process backend there is no pid namespace, and only our descendants are ever signalled.
 
-Decisions beyond the contract:
+Decisions beyond the contract (also: ``"stats": true`` in the plan writes per-batch timings to stderr):
 
 * Frames come in test order: the current test (first not yet ended) sends observations, then its
   end. A frame for an ended test (or a second end) makes it ``"late"``; a frame naming no test of
@@ -26,7 +26,6 @@ Decisions beyond the contract:
 * A batch that ends early (``"timeout"``, ``"flood"``, ``"crashed"``: the child exited or closed the
   pipe) gives that status to every test not yet ended ("not run: ..." if it never started). If
   descendants survive SIGKILL for KILL_GRACE_S (only another uid's could), all tests are ``"crashed"``.
-* ``"stats": true`` in the plan: one JSON line of timings per batch on stderr.
 * Without ``prctl`` (no subreaper) the group and still-attached descendants are killed, but an
   orphan that also left the group escapes: a gap of that configuration only.
 """
@@ -34,6 +33,8 @@ Decisions beyond the contract:
 from __future__ import annotations
 
 import contextlib
+import gc
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -59,8 +60,6 @@ class PlanError(ValueError):
     """The plan (written by the trusted side) is unusable."""
 
 
-# ---- plan -----------------------------------------------------------------------------------------
-
 def load_plan(path: str) -> dict[str, Any]:
     """Read and check the plan; paths come back absolute (relative ones are taken from the cwd)."""
     try:
@@ -83,10 +82,10 @@ def load_plan(path: str) -> dict[str, Any]:
     need(type(cap) is int and cap > 0, "max_bytes must be a positive integer")
     need(isinstance(plan.get("batches"), list), "batches must be a list")
     seen: set[int] = set()
-    batches = []
+    batches = []  # (a plan is the trusted side's; these checks catch its bugs, not attacks)
     for batch in plan["batches"]:
-        need(isinstance(batch, dict) and isinstance(batch.get("module"), str), "a batch without a module path")
-        need(isinstance(batch.get("tests"), list), "a batch without a tests list")
+        need(isinstance(batch, dict) and isinstance(batch.get("module"), str) and isinstance(batch.get("tests"), list),
+             "a batch needs a module path and a tests list")
         for test in batch["tests"]:
             need(isinstance(test, dict) and type(test.get("index")) is int, "a test without an integer index")
             need(test["index"] not in seen, f"test index {test['index']} appears twice")
@@ -100,8 +99,6 @@ def load_plan(path: str) -> dict[str, Any]:
             "preload": plan.get("preload", []), "timeout_s": float(timeout), "max_bytes": cap,
             "batches": batches, "stats": bool(plan.get("stats"))}
 
-
-# ---- the parent -----------------------------------------------------------------------------------
 
 def _libc() -> Any:
     with contextlib.suppress(Exception):
@@ -127,6 +124,13 @@ class Runner:
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
         self.runtime = self._load_runtime()
+        # probe code is fixed now, before any submitted code runs: a batch that rewrites probe files
+        # cannot change the later ones, and no child compiles it again
+        self.code = {b["module"]: _compile(b["module"]) for b in plan["batches"]}
+        for trusted in {plan["probe_dir"], *(os.path.dirname(b["module"]) for b in plan["batches"])}:
+            with contextlib.suppress(Exception):  # the finders children use for the probe dirs, made once
+                sys.path_importer_cache.setdefault(trusted, importlib.machinery.FileFinder(
+                    trusted, (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)))
 
     def _prctl(self, option: int, value: int) -> bool:
         with contextlib.suppress(Exception):
@@ -137,10 +141,9 @@ class Runner:
         path = os.path.join(self.plan["probe_dir"], RUNTIME_MODULE + ".py")
         if not os.path.isfile(path):
             raise PlanError(f"no probe runtime at {path}")
-        spec = importlib.util.spec_from_file_location(RUNTIME_MODULE, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[RUNTIME_MODULE] = module
-        spec.loader.exec_module(module)
+        module = sys.modules[RUNTIME_MODULE] = importlib.util.module_from_spec(
+            importlib.util.spec_from_file_location(RUNTIME_MODULE, path))
+        module.__spec__.loader.exec_module(module)
         return module
 
     def run(self) -> None:
@@ -153,17 +156,19 @@ class Runner:
                 traceback.print_exc()
                 records = [_record(t["index"], "crashed", f"runner error: {exc!r}"[:300]) for t in batch["tests"]]
             for record in records:
-                sys.stdout.write(_line(record))
+                # frames were decoded without NaN or huge ints and bounded in depth: this cannot fail
+                sys.stdout.write(json.dumps(record, ensure_ascii=True, separators=(",", ":")) + "\n")
             sys.stdout.flush()
         sys.stdout.write('{"done":true}\n')
         sys.stdout.flush()
 
     def run_batch(self, batch: dict[str, Any], number: int) -> list[dict[str, Any]]:
-        tests, t0 = batch["tests"], time.monotonic()
+        tests, t0, cpu0 = batch["tests"], time.monotonic(), _cpu()
         deadline = t0 + self.plan["timeout_s"]
         sys.stdout.flush()  # nothing buffered may be inherited by the child
         sys.stderr.flush()
         read_fd, write_fd = os.pipe()
+        gc.freeze()  # the child's collections then leave the parent's objects (and their pages) alone
         try:
             pid = self._fork()
         except OSError as exc:
@@ -184,9 +189,9 @@ class Runner:
                     cause = "flood"
         finally:
             os.close(read_fd)
-        if self.plan["stats"]:
+        if self.plan["stats"]:  # wall seconds until the child ended / for the kill; CPU of both processes
             sys.stderr.write(json.dumps({"batch": number, "tests": len(tests), "run_s": round(t1 - t0, 6),
-                                         "kill_s": round(t2 - t1, 6), "bytes": len(data)}) + "\n")
+                                         "kill_s": round(t2 - t1, 6), "cpu_s": round(_cpu() - cpu0, 6)}) + "\n")
         if not clean:
             return [_record(t["index"], "crashed", f"processes of the batch survived SIGKILL for {KILL_GRACE_S}s")
                     for t in tests]
@@ -218,7 +223,10 @@ class Runner:
                 for ready, _ in events:
                     if ready == fd:
                         chunk = os.read(fd, CHUNK)
-                        if not chunk:
+                        if not chunk:  # closed: the child is exiting (or hangs without a channel)
+                            if exit_fd is not None:
+                                poller.unregister(fd)
+                                poller.poll(max(1, int(min(deadline - time.monotonic(), 0.05) * 1000)))
                             return data, "eof"
                         data += chunk
                         if len(data) > cap:
@@ -259,6 +267,7 @@ class Runner:
                 return status, True
             live = [p for p in descendants(self.pid) if p not in self.stuck]
             if not live and not leader_alive:
+                self._reap()  # whatever turned zombie since the last reap (the scan skipped it)
                 return status, True
             for victim in live:
                 _kill_descendant(victim, self.pid)
@@ -300,6 +309,20 @@ def _trusted_path(path: list[str], untrusted: list[str]) -> list[str]:
     submission's roots, the work dir): the parent must not be able to import submitted code."""
     roots = [os.path.abspath(u) for u in untrusted if os.path.abspath(u) != "/"]
     return [p for p in path if os.path.isabs(p) and not any(p == r or p.startswith(r + os.sep) for r in roots)]
+
+
+def _compile(path: str) -> Any:
+    """The code object of the probe module at ``path``, or the exception reading or compiling it raised."""
+    try:
+        with open(path, "rb") as fh:
+            return compile(fh.read(), path, "exec", dont_inherit=True)
+    except Exception as exc:
+        return exc
+
+
+def _cpu() -> float:
+    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
 
 
 def _pidfd(pid: int) -> int | None:
@@ -354,34 +377,19 @@ def _kill_descendant(pid: int, root: int) -> None:
             os.close(handle)
 
 
-# ---- judging the frames (parent) ------------------------------------------------------------------
-
 def _record(index: int, status: str, detail: str, observations: list | None = None) -> dict[str, Any]:
     return {"index": index, "status": status, "observations": observations or [], "detail": detail}
-
-
-def _line(record: dict[str, Any]) -> str:
-    try:
-        return json.dumps(record, ensure_ascii=True, separators=(",", ":")) + "\n"
-    except (ValueError, RecursionError):
-        return _line(_record(record["index"], "malformed", "observations could not be re-encoded"))
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _too_deep(value: Any) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return True
-        if isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-    return False
+def _too_deep(value: Any, depth: int = 1) -> bool:
+    if depth > MAX_JSON_DEPTH:
+        return True
+    inner = value if isinstance(value, list) else value.values() if isinstance(value, dict) else ()
+    return any(_too_deep(v, depth + 1) for v in inner)
 
 
 def frames(data: bytes, limit: int) -> tuple[list[Any], bool]:
@@ -450,8 +458,6 @@ def judge(tests: list[dict[str, Any]], data: bytes, ending: tuple[str, str], lim
     return [_record(i, *(bad.get(i) or ended.get(i) or unended[i]), obs[i]) for i in order]
 
 
-# ---- the child ------------------------------------------------------------------------------------
-
 def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pragma: no cover
     """Run the batch's tests with frames to ``write_fd``; never returns."""
     try:
@@ -475,7 +481,8 @@ def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pra
         module_dir = os.path.dirname(batch["module"])
         sys.path[:] = [runner.plan["probe_dir"], module_dir, *runner.plan["paths"], *runner.base_path]
         runner.runtime.bind(write_fd)
-        runner.runtime.run_batch(batch["module"], batch["tests"])
+        sys.dont_write_bytecode = False  # the submission's modules compile once, in the first batch
+        runner.runtime.run_batch(batch["module"], batch["tests"], runner.code[batch["module"]])
     finally:
         os._exit(0)
 

@@ -352,17 +352,19 @@ def fixture(func: Any) -> Any:
 
 # ---- running a batch (the runner's child) ---------------------------------------------------------
 
-def run_batch(path: str, tests: list[dict[str, Any]]) -> None:
-    """Import the probe module at ``path`` and run ``tests`` (plan entries) in order, each framed by
+def run_batch(path: str, tests: list[dict[str, Any]], code: Any = None) -> None:
+    """Import the probe module at ``path`` -- from ``code`` when given (its code object, or the
+    exception compiling it raised) -- and run ``tests`` (plan entries) in order, each framed by
     ``[i, "end"]`` or ``[i, "raised", qualname, detail]``. Needs :func:`bind` first."""
     try:
+        if isinstance(code, BaseException):
+            raise code
         name = _os.path.splitext(_os.path.basename(path))[0]
         spec = _importlib_util.spec_from_file_location(name, path)
         if spec is None:
             raise ProbeError(f"cannot import {path}")
-        module = _importlib_util.module_from_spec(spec)
-        _sys.modules[name] = module
-        spec.loader.exec_module(module)
+        module = _sys.modules[name] = _importlib_util.module_from_spec(spec)
+        exec(code, module.__dict__) if code is not None else spec.loader.exec_module(module)
     except BaseException as exc:
         detail = "import failed: " + _describe(exc, path)
         for test in tests:
