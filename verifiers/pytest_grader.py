@@ -1,12 +1,15 @@
-"""Run a hidden pytest suite in a sandbox and read back per-test outcomes the agent cannot forge.
+"""Run a pytest suite in a sandbox and read back per-test outcomes: NOT the code-repair grader.
 
-The suite, the report plugin and the runner's configuration are written into a *fresh* sandbox
-at grading time. The interpreter starts isolated (``-I``: no ``PYTHONPATH``, no user site, no
-script directory), pytest ignores every config file (``-c /dev/null``) and all third-party
-plugins, and results come from our plugin's JSON report under an unguessable name, never from
-pytest's console output (a printed "PASSED" means nothing). Every expected test must be reported
-passed: a test that is missing from the report -- because collection failed, the process exited
-early, or the report was never written -- counts as failed.
+Submitted code runs in the same interpreter as pytest and this module's report plugin, so a
+submission can rewrite what it reports: code repair grades with observation probes instead
+(:mod:`envhub.verifiers.probes`). This runner stays for what it is fit for -- running tests
+that hold no secret (the visible tests an agent can run itself, in their own tests) -- and as
+the baseline of ``envhub bench verify``.
+
+The suite and the report plugin are written into a fresh sandbox. The interpreter starts
+isolated (``-I``), pytest ignores every config file (``-c /dev/null``) and third-party plugins,
+and results come from the plugin's JSON report under an unguessable name, never from console
+output. A test missing from the report counts as failed.
 """
 
 from __future__ import annotations
