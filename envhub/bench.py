@@ -85,4 +85,64 @@ def bench_env_step(*, env_id: str = "envhub/Computation-v0", episodes: int = 200
     out(f"  episodes/s {result['episodes_per_second']:.1f}")
     out(f"  baseline CartPole-v1 step p50 {result['cartpole_step_p50_ms']:.4f} ms; "
         f"no-tool step is {result['no_tool_step_vs_cartpole']:.1f}x a CartPole step")
+    if any(spec.name == "python" for spec in env.tool_specs):
+        result["python_tool"] = bench_python_tool(env_id=env_id, out=out)
     return result
+
+
+def bench_python_tool(*, env_id: str = "envhub/Computation-v0", backends: tuple[str, ...] = ("docker", "bwrap"),
+                      calls: int = 200, out: Callable[[Any], None] = print) -> dict[str, dict[str, float]]:
+    """Step latency of the ``python`` tool, per sandbox backend, against the path it replaced.
+
+    The programs are the gold solutions' python calls of the first ``calls`` train tasks. "fork"
+    is ``env.step`` with the call (the code runs in a child forked from the sandbox's resident
+    executor); "exec" is what the tool did before, on the same warm sandbox and in the same run:
+    write ``main.py``, then exec ``python3 main.py``, timed without ``env.step``'s own overhead
+    (so the comparison favours the old path). The two alternate call by call, so load on the
+    machine hits both alike. A backend that does not work here is reported as skipped.
+    """
+    from envhub.registry import make
+
+    results: dict[str, dict[str, float]] = {}
+    probe = make(env_id)  # starts no sandbox: only its tasks and gold actions are read
+    steps = [(action.text, call.arguments["code"])
+             for task_id in probe.tasks.task_ids("train")[:calls]
+             for action in probe.gold_actions(probe.tasks.get(task_id))
+             for call in probe.parser.parse(action.text).calls if call.name == "python"]
+    probe.close()
+    if not steps:
+        return results
+    for backend in backends:
+        try:
+            env = make(env_id, sandbox=backend, sandbox_pool=0,
+                       budget={"max_turns": 2 * calls + 4, "max_tool_calls": 2 * calls + 4,
+                               "max_agent_seconds": 3600.0})
+            env.reset(task_id=env.tasks.task_ids("train")[0])
+            env.step(steps[0][0])  # starts the sandbox; not timed
+            sandbox = env.sandbox()
+        except Exception as exc:  # a backend that does not work here is a line in the report
+            out(f"  python tool on {backend}: skipped ({exc})")
+            continue
+        fork: list[float] = []
+        old: list[float] = []
+        try:
+            for text, code in steps:
+                t0 = time.perf_counter()
+                obs = env.step(text)
+                fork.append(time.perf_counter() - t0)
+                if obs.done:
+                    raise RuntimeError(f"the python tool ended the episode: {obs.outcome}")
+                t0 = time.perf_counter()
+                sandbox.write_files({"main.py": code})
+                sandbox.exec(["python3", "main.py"]).summary()
+                old.append(time.perf_counter() - t0)
+        finally:
+            env.close()
+        row = {"fork_p50_ms": percentile(fork, 50) * 1e3, "fork_p99_ms": percentile(fork, 99) * 1e3,
+               "exec_p50_ms": percentile(old, 50) * 1e3, "exec_p99_ms": percentile(old, 99) * 1e3}
+        row["speedup_p50"] = row["exec_p50_ms"] / row["fork_p50_ms"]
+        results[backend] = row
+        out(f"  python tool on {backend:6} fork p50 {row['fork_p50_ms']:.2f} ms (p99 {row['fork_p99_ms']:.1f})  "
+            f"vs main.py + python3 p50 {row['exec_p50_ms']:.2f} ms (p99 {row['exec_p99_ms']:.1f})  "
+            f"= {row['speedup_p50']:.1f}x faster   (target fork p50 <= 5 ms; {len(steps)} calls each)")
+    return results

@@ -269,6 +269,24 @@ def test_partial_credit_is_an_option_for_sets():
             assert obs.reward == expect
 
 
+def test_with_partial_credit_stuffing_scores_nothing_and_a_precise_subset_scores_its_recall():
+    from envhub.verifiers.suite import run_suite
+
+    train = RetrievalTasks().task_ids("train")
+    ids = [t for t in train if t.startswith("ret-set-")][:6] + [t for t in train if t.startswith("ret-paramset-")][:6]
+    stuffing = ["stuffed_set", "stuffed_set_many", "every_candidate"]
+    report = run_suite(lambda: RetrievalEnv(split="train", partial_credit=True), ids, cases=stuffing)
+    assert report.violations == 0, report.to_json()
+    assert {r.case for r in report.results if r.applicable} == set(stuffing)
+    assert all(r.reward == 0.0 for r in report.results), [(r.case, r.task_id, r.reward) for r in report.results]
+    e = RetrievalEnv(split="train", partial_credit=True)
+    for tid in ids:
+        gold = e.tasks.get(tid).hidden["answer"]
+        e.reset(task_id=tid)
+        obs = e.step(format_tool_call("answer", {"answer": ", ".join(gold[:-1] or gold)}))
+        assert obs.reward == pytest.approx(len(gold[:-1] or gold) / len(gold)) and obs.reward > 0
+
+
 def test_attacks_all_fail_on_every_question_type():
     e = RetrievalEnv(split="test")
     from envhub.verifiers.suite import run_suite

@@ -2,7 +2,8 @@
 
 Task families compose these instead of writing their own comparisons. Every parser here is
 strict on purpose: an answer that hedges ("12 or 13", "x = 3 maybe") does not parse, so it cannot
-collect credit for a candidate it did not commit to.
+collect credit for a candidate it did not commit to. What is forgiven is only notation that
+cannot change a value: one pair of quotes or backticks around it, and a sentence's full stop.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from envhub.verifiers.layered import GateFailure, Graded
 
 _NUMBER = re.compile(r"^[+-]?(\d{1,3}(,\d{3})+|\d+)?(\.\d+)?([eE][+-]?\d+)?$")
 _SPACES = re.compile(r"\s+")
+_LABEL = re.compile(r"^([A-Za-z_]\w{0,15})\s*=\s*(.+)$", re.DOTALL)
+#: Quote pairs that may wrap a value: ``'42'``, ``"42"``, `` `42` ``, typographic quotes.
+_QUOTES = {"'": "'", '"': '"', "`": "`", "\u2018": "\u2019", "\u201c": "\u201d"}
 #: Bounds on a number's spelling: beyond them building the exact value would take minutes or
 #: gigabytes (``1e100000000``), so such an answer is simply not a number.
 MAX_EXPONENT = 1000
@@ -162,7 +166,7 @@ class NumericMatch:
     def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
         reference = self.reference(task)
         try:
-            got = parse_number(_strip_label(submission[self.field]))
+            got = parse_answer_number(submission[self.field])
         except ValueError as exc:
             raise GateFailure(Outcome.FORMAT_ERROR, f"answer is not a single number: {exc}") from None
         # a float reference may sit a hair off an exact tie, where both roundings are correct
@@ -173,28 +177,70 @@ class NumericMatch:
 
 @dataclass
 class SequenceMatch:
-    """Correctness: an ordered list of numbers (``"3, -2"`` or ``"x=3, y=-2"``), element-wise exact."""
+    """Correctness: a list of numbers, each exact, named by label or given in order.
+
+    ``task.hidden[labels_key]`` (optional) names the values in order, e.g. ``["x", "y"]``. An
+    answer that labels its values (``"y=-2, x=3"``) is compared label by label, in any order, and
+    must name every label exactly once and nothing else: a wrong, missing, duplicated or extra
+    label, or a value left unlabelled among labelled ones, is a wrong answer. An answer without
+    labels (``"3, -2"``) is compared by position, in the order of the labels (the order the prompt
+    lists them). Values that do not parse, or an unlabelled list of the wrong length, are a
+    format error.
+    """
 
     key: str = "answer"
     field: str = "answer"
     name: str = "sequence_match"
+    labels_key: str = "labels"
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
         gold = [parse_number(str(v)) for v in task.hidden[self.key]]
-        parts = [p for p in re.split(r"[,;]", submission[self.field]) if p.strip()]
+        labels = [str(v) for v in task.hidden.get(self.labels_key) or ()]
+        expected = ", ".join(f"{n}={v}" for n, v in zip(labels, gold, strict=True)) if labels else \
+            ", ".join(map(str, gold))
+        parts = [p for p in re.split(r"[,;]", unwrap_value(submission[self.field])) if p.strip()]
         try:
-            got = [parse_number(_strip_label(p)) for p in parts]
+            named = [(label, parse_number(value)) for label, value in map(split_label, parts)]
         except ValueError as exc:
             raise GateFailure(Outcome.FORMAT_ERROR, f"answer is not a list of numbers: {exc}") from None
-        if len(got) != len(gold):
-            raise GateFailure(Outcome.FORMAT_ERROR, f"expected {len(gold)} values, got {len(got)}")
-        ok = got == gold
-        return Graded(1.0 if ok else 0.0, ok, f"expected {', '.join(map(str, gold))}")
+        given = [label for label, _ in named if label is not None]
+        if not given:
+            if len(named) != len(gold):
+                raise GateFailure(Outcome.FORMAT_ERROR, f"expected {len(gold)} values, got {len(named)}")
+            ok = [v for _, v in named] == gold
+            return Graded(1.0 if ok else 0.0, ok, f"expected {expected}")
+        problem = _label_problem(given, len(named), labels)
+        if problem:
+            return Graded(0.0, False, f"{problem}; expected {expected}")
+        values = dict(named)
+        ok = all(values[label] == v for label, v in zip(labels, gold, strict=True))
+        return Graded(1.0 if ok else 0.0, ok, f"expected {expected}")
+
+
+def _label_problem(given: list[str], n_values: int, labels: list[str]) -> str:
+    """Why labelled values ``given`` (out of ``n_values``) do not name ``labels`` exactly once each."""
+    if len(given) < n_values:
+        return "some values are labelled and some are not"
+    duplicated = sorted({g for g in given if given.count(g) > 1})
+    if duplicated:
+        return f"label {', '.join(duplicated)} given more than once"
+    extra = [g for g in given if g not in labels]
+    if extra:
+        return f"unknown label {', '.join(extra)}"
+    missing = [lb for lb in labels if lb not in given]
+    return f"no value for {', '.join(missing)}" if missing else ""
 
 
 @dataclass
 class SetMatch:
-    """Correctness: a set of names; partial credit is the F1 between the sets."""
+    """Correctness: a set of names. Partial credit rewards precision first.
+
+    The score is the fraction of the gold set named (recall) when every name given is in the gold
+    set, and 0 as soon as one is not: adding a candidate one is unsure of can only lose. So an
+    answer that stuffs in extra candidates scores no more than any answer that names only gold
+    items (``tests/test_set_scoring.py`` checks this over generated cases). It passes only when
+    the sets are equal. F1 is reported in the details as a diagnostic.
+    """
 
     key: str = "answer"
     field: str = "answer"
@@ -203,12 +249,47 @@ class SetMatch:
     def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
         gold = {normalize_text(str(v)) for v in task.hidden[self.key]}
         got = {normalize_text(p) for p in re.split(r"[,;\n]", submission[self.field]) if p.strip()}
-        score = f1_score(got, gold)
-        return Graded(score, got == gold, f"expected {sorted(gold)}, got {sorted(got)}")
+        return Graded(set_score(got, gold), got == gold, f"expected {sorted(gold)}, got {sorted(got)}",
+                      {"f1": f1_score(got, gold), "extra": len(got - gold), "missing": len(gold - got)})
 
 
-def _strip_label(text: str) -> str:
-    """``"x = 3"`` -> ``"3"``; a label is allowed, a sentence is not."""
-    text = text.strip()
-    m = re.match(r"^[A-Za-z_]\w{0,15}\s*=\s*(.+)$", text)
-    return m.group(1) if m else text
+def set_score(got: Iterable[str], gold: Iterable[str]) -> float:
+    """Partial credit for a set answer: recall if nothing outside ``gold`` is named, else 0."""
+    got_set, gold_set = set(got), set(gold)
+    if not gold_set or not got_set or not got_set <= gold_set:
+        return 1.0 if got_set == gold_set else 0.0
+    return len(got_set) / len(gold_set)
+
+
+def unwrap_value(text: str) -> str:
+    """``"'42'"``, ``"`42`"``, ``'"42"'`` and ``"42."`` -> ``"42"``: what only dresses a value up.
+
+    Whitespace, pairs of matching quotes or backticks around the whole text and one trailing full
+    stop are removed, in any nesting (``"`42`."``). Nothing that could carry a second value is:
+    ``"'4' or '2'"`` keeps its inner quotes, so it still fails to parse.
+    """
+    while True:
+        stripped = text.strip()
+        if len(stripped) >= 2 and _QUOTES.get(stripped[0]) == stripped[-1]:
+            stripped = stripped[1:-1]
+        elif stripped.endswith("."):
+            stripped = stripped[:-1]
+        if stripped == text:
+            return text
+        text = stripped
+
+
+def split_label(text: str) -> tuple[str | None, str]:
+    """``"x = 3"`` -> ``("x", "3")``, ``"3"`` -> ``(None, "3")``; both parts unwrapped.
+
+    A label is a short identifier before ``=``; a sentence is not a label, so ``"x is 3"`` comes
+    back whole (and then fails to parse as a number).
+    """
+    text = unwrap_value(text)
+    m = _LABEL.match(text)
+    return (m.group(1), unwrap_value(m.group(2))) if m else (None, text)
+
+
+def parse_answer_number(text: str) -> Fraction:
+    """One number as an answer writes it: an optional label, quotes, a full stop (ValueError if not)."""
+    return parse_number(split_label(text)[1])

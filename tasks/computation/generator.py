@@ -20,6 +20,8 @@ from fractions import Fraction
 
 LEVELS = (1, 2, 3)
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+#: The unknowns of a linear system, in the order its prompt asks for them.
+VARIABLES = ("x", "y", "z")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,11 @@ class Problem:
     #: for a "number" answer, the unrounded value that the verifier's tolerance is measured from
     #: (the exact result, or the float the solver computes); None for exact answer types
     exact: str | None = None
+
+    @property
+    def labels(self) -> list[str] | None:
+        """The names of a "sequence" answer's values, in order (``["x", "y"]``); None otherwise."""
+        return list(VARIABLES[: len(self.answer)]) if self.answer_type == "sequence" else None
 
     @property
     def task_id(self) -> str:
@@ -167,7 +174,7 @@ def _stats(rng: random.Random, level: int) -> tuple[str, str, str, str, str]:
 
 
 def _linear(rng: random.Random, level: int) -> tuple[str, list[str], str, str]:
-    names = ["x", "y", "z"][: 2 if level < 3 else 3]
+    names = list(VARIABLES[: 2 if level < 3 else 3])
     while True:
         solution = [rng.randint(-9, 9) for _ in names]
         rows = [[rng.randint(-6, 6) for _ in names] for _ in names]

@@ -23,7 +23,7 @@ from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, ExactMatch, LayeredVerifier, SetMatch
 from envhub.verifiers.layered import Graded, ScoreCheck
 from envhub.verifiers.retrieval_checks import EvidenceRecall, LiteralMatch, evidence_recall
-from envhub.verifiers.suite import SuiteCase
+from envhub.verifiers.suite import NotApplicable, SuiteCase
 
 from .corpus import DATA_DIR, PAGE_CHARS, Corpus, load_corpus, load_questions
 from .generator import QUESTION_TYPES
@@ -291,6 +291,26 @@ def _all_candidates(env: Env, task: Task) -> str:
     return ", ".join(dict.fromkeys([*near, *modules]))[:990]
 
 
+def _stuffed(extra: int) -> Any:
+    """A set answer stuffed with ``extra`` wrong candidates next to the whole gold set (set questions)."""
+
+    def make(env: Env, task: Task) -> str:
+        assert isinstance(env, RetrievalEnv)
+        if task.hidden["answer_type"] != "set":
+            raise NotApplicable("not a set question")
+        gold = list(task.hidden["answer"])
+        if task.metadata["type"] == "paramset":
+            pool = [p["name"] for p in env.corpus.by_id[task.hidden["evidence"][0]].params]
+        else:
+            pool = sorted({d.module for d in env.corpus if d.kind == "module"})
+        wrong = [c for c in pool if c not in gold][:extra]
+        if not wrong:
+            raise NotApplicable("no wrong candidate to stuff in")
+        return ", ".join([*gold, *wrong])
+
+    return make
+
+
 def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
@@ -317,6 +337,8 @@ def retrieval_attacks() -> list[SuiteCase]:
                      "a list of candidates that includes the right one"),
         _answer_case("every_candidate", _all_candidates,
                      "every module name / every literal / every parameter listed at once"),
+        _answer_case("stuffed_set", _stuffed(1), "the whole gold set plus one wrong candidate"),
+        _answer_case("stuffed_set_many", _stuffed(5), "the whole gold set plus up to five wrong candidates"),
         _answer_case("whole_document", _whole_document, "the evidence document pasted as the answer"),
         _answer_case("prose_stuffing", lambda e, t: f"It could be {_wrong(e, t)}, but maybe "
                      f"{gold_answer_text(t)}; please accept whichever is right.", "answer stuffing in prose"),
