@@ -255,6 +255,8 @@ class Executor:
                         reply["errno"] = exc.errno
                 except HostGone:
                     raise
+                except UnicodeError as exc:  # a name or argument no file system or exec takes
+                    reply = {"id": req.get("id"), "ok": False, "kind": "bad_path", "error": f"invalid text: {exc}"}
                 except MemoryError:  # our own rlimit (bwrap/process): the transfer is too big
                     reply = {"id": req.get("id"), "ok": False, "kind": "too_large",
                              "error": "the transfer does not fit the sandbox's memory limit"}

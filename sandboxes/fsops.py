@@ -53,7 +53,13 @@ def _os_error(exc: OSError, what: str) -> OpError:
 
 
 def rel_parts(rel: str) -> list[str]:
-    """Split a root-relative path; refuse absolute paths and ``..``."""
+    """Split a root-relative path; refuse absolute paths, ``..``, NUL bytes and lone surrogates."""
+    if "\0" in rel:
+        raise OpError("bad_path", f"path {rel!r} contains a NUL byte")
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OpError("bad_path", f"path {rel!r} is not valid UTF-8") from None
     if rel.startswith("/"):
         raise OpError("bad_path", f"path {rel!r} must be relative to the work directory")
     parts = [p for p in rel.split("/") if p not in ("", ".")]

@@ -108,3 +108,19 @@ def test_an_unreadable_work_dir_is_a_result_of_every_operation_not_a_broken_sand
         assert sb.alive()
         sb.reset()
         assert sb.exec(["ls"]).ok and sb.list_files(".") == []
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_names_no_file_system_takes_are_refused_not_a_broken_sandbox(backend):
+    """A NUL byte or a lone surrogate in a path, an argument or an environment value -- as an
+    agent's tool call can carry -- is an error of that call; the executor keeps serving."""
+    require_backend(backend)
+    with new_sandbox(backend) as sb:
+        for path in ("src/a\x00b", "src/\ud800"):
+            for call in (sb.read_file, lambda p: sb.write_files({p: "x"}), sb.list_files, sb.read_tree):
+                with pytest.raises(ValueError):
+                    call(path)
+        for ran in (sb.exec(["echo", "a\x00b"]), sb.exec(["echo", "\ud800"]), sb.exec(["true"], env={"A": "\ud800"}),
+                    sb.exec(["true"], cwd="a\x00b")):
+            assert ran.exit_code in (2, 126) and ran.stderr.startswith("envhub:")
+        assert sb.exec(["true"]).ok
