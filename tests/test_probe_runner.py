@@ -473,6 +473,17 @@ MODULES = {
             body = b'[%d, 1, NaN]' % envhub_probe._test
             os.write(envhub_probe._channel, len(body).to_bytes(4, "big") + body)
         """,
+    "test_signals": """
+        import os, signal
+        from envhub_probe import observe
+        def test_signal_the_runner():
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGRTMIN):
+                os.kill(os.getppid(), sig)
+            observe(signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_DFL), 1)  # not SIG_IGN
+            observe(signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, 2)
+        def test_runner_survived():
+            observe(1, 3)
+        """,
 }
 
 #: (module, function, indices) in plan order; the list position is the test's plan index
@@ -506,6 +517,8 @@ TESTS = [
     ("test_alive", "test_alive", {}),                                   # 26
     ("test_deep", "test_deep_json", {}),                                # 27
     ("test_deep", "test_nan", {}),                                      # 28
+    ("test_signals", "test_signal_the_runner", {}),                     # 29
+    ("test_signals", "test_runner_survived", {}),                       # 30
 ]
 BOMB = 25
 
@@ -595,15 +608,24 @@ def check_attacks(records: dict[int, dict[str, Any]], proc_fd: str, bomb: bool) 
     expect(26, "ok", [[1, _int(1)]])
     expect(27, "malformed", [], "an undecodable or unattributable frame")  # deeper than any encoding
     expect(28, "malformed", [], "an undecodable or unattributable frame")
+    expect(29, "ok", [[1, ["bool", True]], [2, ["bool", True]]])  # the child has the usual handlers back
+    expect(30, "ok", [[3, _int(1)]])
 
 
-def test_runner_on_the_host_reports_every_attack_once(tmp_path: Path) -> None:
+#: the runner's source run the way ``exec_python`` runs it, but with ``__name__`` not "__main__"
+EXEC_STYLE = ("import sys; exec(compile(open(sys.argv[1]).read() + '\\nimport sys; sys.exit(main(sys.argv[2]))',"
+              " 'runner', 'exec'), {'__name__': 'envhub_probe_runner'})")
+
+
+@pytest.mark.parametrize("style", ["script", "exec"])
+def test_runner_on_the_host_reports_every_attack_once(tmp_path: Path, style: str) -> None:
     for rel, text in project(TESTS, MODULES, SRC, skip={BOMB}).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text, encoding="utf-8")
+    argv = [sys.executable, "-I", RUNNER, PLAN] if style == "script" else [sys.executable, "-I", "-c", EXEC_STYLE,
+                                                                           RUNNER, PLAN]
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-I", RUNNER, PLAN], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     root = os.geteuid() == 0  # root may open a non-dumpable process's fds; a sandbox's uid may not

@@ -8,7 +8,7 @@ Plan and statuses: /work/notes/probes.md; plan paths are relative to the working
 
 A batch: the parent (child subreaper; not dumpable, so no same-uid process can ptrace it or open
 ``/proc/<it>/fd``) forks a child with a fresh pipe: ``setsid``, PDEATHSIG, stdio on /dev/null, no
-other descriptor, RLIMIT_CPU, ``sys.path = [probe_dir, module dir, *paths, *stdlib path]``, then
+other descriptor, RLIMIT_CPU, ``sys.path = [probe_dir, *paths, *stdlib path]``, then
 the runtime's ``run_batch``. The parent reads the pipe while the child runs (poll, deadline, byte
 cap) until the child exits or closes the pipe, or the deadline or cap is hit; then SIGKILLs the
 child's group and every remaining descendant (orphans come back to the subreaper) until it has
@@ -100,23 +100,22 @@ def load_plan(path: str) -> dict[str, Any]:
             "batches": batches, "stats": bool(plan.get("stats"))}
 
 
-def _libc() -> Any:
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True)
-    return None
-
-
 class Runner:
     def __init__(self, plan: dict[str, Any]) -> None:
-        self.plan = plan
-        self.libc = _libc()
-        self.subreaper = self._prctl(PR_SET_CHILD_SUBREAPER, 1)
-        self._prctl(PR_SET_DUMPABLE, 0)
-        self.pid = os.getpid()
-        self.stuck: set[int] = set()
+        self.plan, self.pid, self.stuck = plan, os.getpid(), set()
+        self.libc: Any = None
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            self.libc = ctypes.CDLL(None, use_errno=True)
+        self.subreaper = self.prctl(PR_SET_CHILD_SUBREAPER, 1)
+        self.prctl(PR_SET_DUMPABLE, 0)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # SIG_IGN would auto-reap and hide exit statuses
+        # a same-uid child may signal us: only SIGKILL and SIGSTOP still work (children get these back)
+        self.handlers = {}
+        for sig in set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}:
+            with contextlib.suppress(OSError, ValueError):
+                self.handlers[sig] = signal.signal(sig, signal.SIG_IGN)
         sys.dont_write_bytecode = True
         self.base_path = _trusted_path(sys.path, [*plan["paths"], os.getcwd()])
         sys.path[:] = self.base_path
@@ -127,12 +126,10 @@ class Runner:
         # probe code is fixed now, before any submitted code runs: a batch that rewrites probe files
         # cannot change the later ones, and no child compiles it again
         self.code = {b["module"]: _compile(b["module"]) for b in plan["batches"]}
-        for trusted in {plan["probe_dir"], *(os.path.dirname(b["module"]) for b in plan["batches"])}:
-            with contextlib.suppress(Exception):  # the finders children use for the probe dirs, made once
-                sys.path_importer_cache.setdefault(trusted, importlib.machinery.FileFinder(
-                    trusted, (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)))
+        sys.path_importer_cache[plan["probe_dir"]] = importlib.machinery.FileFinder(  # made once, not per child
+            plan["probe_dir"], (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES))
 
-    def _prctl(self, option: int, value: int) -> bool:
+    def prctl(self, option: int, value: int) -> bool:
         with contextlib.suppress(Exception):
             return self.libc.prctl(option, value, 0, 0, 0) == 0
         return False
@@ -421,24 +418,21 @@ def judge(tests: list[dict[str, Any]], data: bytes, ending: tuple[str, str], lim
     bad: dict[int, tuple[str, str]] = {}
     current = 0  # position in ``order`` of the test frames are expected for
 
-    def mark(index: int, status: str, detail: str) -> None:
-        bad.setdefault(index, (status, detail))
-
     decoded, corrupt = frames(data, limit)
     for frame in decoded:
         if not (isinstance(frame, list) and len(frame) >= 2 and type(frame[0]) is int and frame[0] in where):
             if current < len(order):
-                mark(order[current], "malformed", "an undecodable or unattributable frame")
+                bad.setdefault(order[current], ("malformed", "an undecodable or unattributable frame"))
             else:
                 for index in order:
-                    mark(index, "late", "a frame after the batch ended")
+                    bad.setdefault(index, ("late", "a frame after the batch ended"))
             continue
         index = frame[0]
         if index in ended:
-            mark(index, "late", "a frame after the test ended")
+            bad.setdefault(index, ("late", "a frame after the test ended"))
             continue
         if where[index] != current:
-            mark(index, "malformed", "a frame before the test started")
+            bad.setdefault(index, ("malformed", "a frame before the test started"))
             continue
         kind = frame[1]
         if kind == "end" and len(frame) == 2:
@@ -450,10 +444,10 @@ def judge(tests: list[dict[str, Any]], data: bytes, ending: tuple[str, str], lim
         elif type(kind) is int and len(frame) == 3:
             obs[index].append([kind, frame[2]])
         else:
-            mark(index, "malformed", "a frame of unknown shape")
+            bad.setdefault(index, ("malformed", "a frame of unknown shape"))
     if corrupt:
         for index in order[current:]:
-            mark(index, "malformed", "the frame stream is corrupt")
+            bad.setdefault(index, ("malformed", "the frame stream is corrupt"))
     unended = {i: ending if n == current else (ending[0], f"not run: {ending[1]}") for n, i in enumerate(order)}
     return [_record(i, *(bad.get(i) or ended.get(i) or unended[i]), obs[i]) for i in order]
 
@@ -462,8 +456,10 @@ def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pra
     """Run the batch's tests with frames to ``write_fd``; never returns."""
     try:
         os.setsid()
-        if runner.libc is not None:
-            runner.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        runner.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        for sig, handler in runner.handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
         if os.getppid() != runner.pid:
             os._exit(0)
         null = os.open(os.devnull, os.O_RDWR)
@@ -478,8 +474,7 @@ def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pra
             hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
             soft = cpu if hard == resource.RLIM_INFINITY else min(cpu, hard)
             resource.setrlimit(resource.RLIMIT_CPU, (soft, soft if hard != resource.RLIM_INFINITY else soft + 1))
-        module_dir = os.path.dirname(batch["module"])
-        sys.path[:] = [runner.plan["probe_dir"], module_dir, *runner.plan["paths"], *runner.base_path]
+        sys.path[:] = [runner.plan["probe_dir"], *runner.plan["paths"], *runner.base_path]
         runner.runtime.bind(write_fd)
         sys.dont_write_bytecode = False  # the submission's modules compile once, in the first batch
         runner.runtime.run_batch(batch["module"], batch["tests"], runner.code[batch["module"]])
@@ -498,8 +493,5 @@ def main(plan_path: str) -> int:
     return 0
 
 
-if __name__ == "__main__" and len(sys.argv) > 1:
-    if len(sys.argv) != 2:
-        sys.stderr.write("usage: envhub_probe_runner.py PLAN_PATH\n")
-        sys.exit(2)
-    sys.exit(main(sys.argv[1]))
+if __name__ == "__main__" and len(sys.argv) > 1:  # as a script; through exec_python the caller calls main
+    sys.exit(main(sys.argv[1]) if len(sys.argv) == 2 else "usage: envhub_probe_runner.py PLAN_PATH")
