@@ -104,6 +104,53 @@ def test_openenv_mcp_tool_client_lists_and_calls_tools(url: str, local: envhub.E
     assert httpx.get(url + "/envhub/info").json()["active_sessions"] == 0  # its session was closed
 
 
+def test_openenv_mcp_actions_step_over_ws(url: str, local: envhub.Env):
+    """OpenEnv's docs step an MCP env with ``CallToolAction`` / ``ListToolsAction``: its own
+    ``MCPToolClient.step`` over /ws gets its own observation types back."""
+    mcp_types = pytest.importorskip("openenv.core.env_server.mcp_types")
+    task = local.tasks.get(local.tasks.task_ids("train")[7])
+    answer = gold_answer(local, task.task_id)
+    with openenv_core.MCPToolClient(base_url=url).sync() as client:
+        client.reset(task_id=task.task_id)
+        listed = client.step(mcp_types.ListToolsAction())
+        assert isinstance(listed.observation, mcp_types.ListToolsObservation) and not listed.done
+        assert {t.name: t.input_schema for t in listed.observation.tools} == \
+            {t.name: t.parameters for t in local.tool_specs}
+        ran = client.step(mcp_types.CallToolAction(tool_name="python", arguments={"code": "print(6 * 7)"}))
+        assert isinstance(ran.observation, mcp_types.CallToolObservation) and ran.observation.error is None
+        assert ran.observation.result["data"].strip().endswith("42") and not ran.done
+        missing = client.step(mcp_types.CallToolAction(tool_name="nope", arguments={}))
+        assert missing.observation.error.error_type is mcp_types.ToolErrorType.TOOL_NOT_FOUND
+        assert client.state().step_count == 1  # an unknown tool took no step
+        bad = client.step(mcp_types.CallToolAction(tool_name="answer", arguments={"answer": 5}))
+        assert bad.observation.result["is_error"] and not bad.done  # the env explains, as to a model
+        done = client.step(mcp_types.CallToolAction(tool_name="answer", arguments={"answer": answer}))
+        assert done.done and done.reward == 1.0 and "outcome=success" in done.observation.result["data"]
+
+
+def test_openenv_mcp_actions_on_http_step(url: str, local: envhub.Env):
+    """The same actions on HTTP /step, parsed by OpenEnv's own client code: ``list_tools`` needs
+    no session (as on OpenEnv's stateless /step); ``call_tool`` steps a session's episode."""
+    mcp_types = pytest.importorskip("openenv.core.env_server.mcp_types")
+    parse = openenv_core.MCPToolClient(base_url=url)._parse_result
+    task_id = local.tasks.task_ids("train")[9]
+    with httpx.Client(base_url=url) as http:
+        listed = http.post("/step", json={"action": mcp_types.ListToolsAction().model_dump()})
+        assert listed.status_code == 200
+        assert [t.name for t in parse(listed.json()).observation.tools] == ["python", "answer"]
+        call = mcp_types.CallToolAction(tool_name="answer", arguments={"answer": gold_answer(local, task_id)})
+        assert http.post("/step", json={"action": call.model_dump()}).status_code == 409  # no episode
+        sid = http.post("/envhub/sessions").json()["session_id"]
+        head = {"X-Envhub-Session": sid}
+        assert http.post("/reset", json={"task_id": task_id}, headers=head).status_code == 200
+        result = parse(http.post("/step", json={"action": call.model_dump()}, headers=head).json())
+        assert isinstance(result.observation, mcp_types.CallToolObservation)
+        assert result.done and result.reward == 1.0
+        wrong = http.post("/step", json={"action": {"type": "call_tools", "tool_name": "answer"}}, headers=head)
+        assert wrong.status_code == 422 and "call_tool" in wrong.json()["message"]
+        http.delete(f"/envhub/sessions/{sid}")
+
+
 def test_openenv_validate_url_passes(url: str):
     """``openenv validate --url``: its own command function, run in-process (a fresh interpreter
     would spend most of this test importing openenv's CLI)."""

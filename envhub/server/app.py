@@ -196,16 +196,12 @@ def _openenv_routes(app: FastAPI, hub: Hub) -> None:
               summary="Apply one action (needs X-Envhub-Session: OpenEnv's stateless step has no episode)")
     async def step(request: StepRequest, session_id: SessionHeader = None) -> Response:
         if not session_id:
-            raise ProtocolError(
-                "EPISODE_NOT_RUNNING",
-                "stateless /step has no episode to step (each stateless request gets a fresh env): "
-                f"create a session (POST /envhub/sessions, or {SESSION_HEADER}: new on /reset) and "
-                f"send its id in the {SESSION_HEADER} header, or use the /ws WebSocket", 409)
+            return _json(await hub.step_reply(None, request.action))
         session = _session(hub, session_id)
         if request.request_id is not None and request.request_id == session.last_request_id \
                 and session.last_reply is not None:
             return _json(session.last_reply)
-        text = step_result_json(await ops.step_action(session, request.action.to_action()))
+        text = await hub.step_reply(session, request.action)
         if request.request_id is not None:
             session.last_request_id, session.last_reply = request.request_id, text
         return _json(text)
@@ -228,6 +224,8 @@ def _openenv_routes(app: FastAPI, hub: Hub) -> None:
                                 documentation_url="docs/serving.md")
 
     schema = SchemaResponse(
+        # envhub's own action, as OpenEnv lists its action_cls: the MCP actions (call_tool,
+        # list_tools) are accepted besides it, as OpenEnv accepts them whatever action_cls is
         action=WireAction.model_json_schema(),
         observation=Observation.model_json_schema(),
         state=EpisodeState.model_json_schema(),

@@ -8,16 +8,19 @@ a task source is read-only with stable ids, so sharing it makes a new session co
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from envhub.env import Env
-from envhub.server.mcp import McpHandler
+from envhub.server.mcp import McpHandler, call_tool_envelope, list_tools_envelope, tool_not_found_envelope
 from envhub.server.metrics import Metrics
-from envhub.server.ops import Ops
-from envhub.server.sessions import Executor, SessionConfig, SessionManager
+from envhub.server.models import SESSION_HEADER, CallToolWire, ListToolsWire, WireAction, step_result_json
+from envhub.server.ops import Ops, ProtocolError
+from envhub.server.sessions import Executor, Session, SessionConfig, SessionManager
+from envhub.types import Action, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,34 @@ class Hub:
         self.ops = Ops(self.manager, expose_gold=config.expose_gold)
         self.tools = template.tool_specs
         self.mcp = McpHandler(self.manager, self.ops, self.tools, self.env_id)
+        self._tools_reply = json.dumps(list_tools_envelope(self.tools))
         self.manager.metrics.set_sessions(0, 0, config.max_sessions)
+
+    async def step_reply(self, session: Session | None, action: WireAction | CallToolWire | ListToolsWire) -> str:
+        """The JSON step envelope for any action ``/step`` and ``/ws`` accept (see ``StepAction``).
+
+        OpenEnv's ``list_tools`` needs no session; every other action steps the session's episode
+        (``session`` None is stateless HTTP: 409). A ``call_tool`` of a tool the env does not have
+        is answered with OpenEnv's ``tool_not_found`` error and takes no step, as ``tools/call``
+        refuses it.
+        """
+        if isinstance(action, ListToolsWire):
+            return self._tools_reply
+        if session is None:
+            raise ProtocolError(
+                "EPISODE_NOT_RUNNING",
+                "stateless /step has no episode to step (each stateless request gets a fresh env): "
+                f"create a session (POST /envhub/sessions, or {SESSION_HEADER}: new on /reset) and "
+                f"send its id in the {SESSION_HEADER} header, or use the /ws WebSocket", 409)
+        if isinstance(action, CallToolWire):
+            if action.tool_name not in self.mcp.tools:
+                episode = session.env.episode
+                return json.dumps(tool_not_found_envelope(action.tool_name, list(self.mcp.tools),
+                                                          bool(episode and episode.done)))
+            call = ToolCall(name=action.tool_name, arguments=action.arguments)
+            obs = await self.ops.step_action(session, Action(tool_calls=[call]))
+            return json.dumps(call_tool_envelope(action.tool_name, obs))
+        return step_result_json(await self.ops.step_action(session, action.to_action()))
 
     @property
     def terminal_tool(self) -> str | None:

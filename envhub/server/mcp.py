@@ -20,6 +20,7 @@ responses (``openenv validate`` requires exactly that for ``POST /mcp {}``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,16 +180,66 @@ class McpHandler:
         return tool_result(obs)
 
 
-def tool_result(obs: Observation) -> dict[str, Any]:
-    """An MCP ``CallToolResult`` for one env step (``data`` is what OpenEnv's client returns)."""
+def _result_parts(obs: Observation) -> tuple[str, dict[str, Any], bool]:
+    """(text, structured content, is_error) of one env step's tool result."""
     text = "\n".join(m.content for m in obs.messages)
     if obs.done:
         text = (text + "\n" if text else "") + f"[episode finished: outcome={obs.outcome} reward={obs.reward}]"
     is_error = any(m.content.startswith(("Error:", "Format error:")) for m in obs.messages)
-    structured = {"done": obs.done, "reward": obs.reward, "truncated": obs.truncated,
+    structured = {"done": obs.done, "reward": _finite(obs.reward), "truncated": obs.truncated,
                   "outcome": obs.outcome.value if obs.outcome else None, "info": obs.info}
+    return text, structured, is_error
+
+
+def tool_result(obs: Observation) -> dict[str, Any]:
+    """An MCP ``CallToolResult`` for one env step (``data`` is what OpenEnv's client returns)."""
+    text, structured, is_error = _result_parts(obs)
     return {"content": [{"type": "text", "text": text}], "structuredContent": structured,
             "isError": is_error, "data": text}
+
+
+# ---- OpenEnv's MCP actions on /step and /ws --------------------------------------------------
+# OpenEnv's MCPEnvironment answers ListToolsAction / CallToolAction with a ListToolsObservation /
+# CallToolObservation in the usual step envelope; its MCPToolClient tells them apart by the
+# observation's keys (``tools``, ``tool_name``), so a call's observation never carries ``tools``.
+
+
+def list_tools_envelope(tools: list[ToolSpec]) -> dict[str, Any]:
+    """The step envelope of a ``ListToolsObservation``."""
+    listed = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools]
+    return {"observation": {"metadata": {}, "tools": listed}, "reward": None, "done": False}
+
+
+def call_tool_envelope(tool_name: str, obs: Observation) -> dict[str, Any]:
+    """The step envelope of a ``CallToolObservation`` for one env step: ``result`` is the tool result
+    in the shape of FastMCP's ``CallToolResult`` (``data`` is the text OpenEnv's client returns);
+    arguments that do not fit the tool are a result with ``is_error``, as in ``tools/call``. The
+    episode's messages, outcome and verdict ride along for clients that read them."""
+    text, structured, is_error = _result_parts(obs)
+    body = {
+        "metadata": obs.info, "tool_name": tool_name,
+        "result": {"content": [{"type": "text", "text": text}], "structured_content": structured,
+                   "meta": None, "data": text, "is_error": is_error},
+        "error": None,
+        **obs.model_dump(mode="json", include={"messages", "truncated", "outcome", "verdict"}),
+    }
+    out = {"observation": body, "reward": _finite(obs.reward), "done": obs.done}
+    if obs.info:  # as OpenEnv's serialize_observation: its client reads a null metadata as an error
+        out["metadata"] = obs.info
+    return out
+
+
+def tool_not_found_envelope(tool_name: str, tools: list[str], done: bool) -> dict[str, Any]:
+    """OpenEnv's answer to a call of a tool the env does not have: an error, and no step taken."""
+    error = {"error_type": "tool_not_found",
+             "message": f"unknown tool: {tool_name!r}; tools: {', '.join(tools)}"}
+    return {"observation": {"metadata": {}, "tool_name": tool_name, "result": None, "error": error},
+            "reward": None, "done": done}
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no NaN or infinity: a verifier bug must not break the framing."""
+    return x if math.isfinite(x) else None
 
 
 def _instructions(obs: Observation) -> str:

@@ -10,9 +10,9 @@ misspelt key is a 422 that names it, never a silently ignored option.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
 from envhub.env import Env
 from envhub.types import (
@@ -49,6 +49,41 @@ class WireAction(Action):
         return Action(text=self.text, tool_calls=self.tool_calls)
 
 
+class ListToolsWire(_Strict):
+    """OpenEnv's ``ListToolsAction``: the env's tools, as OpenEnv's ``MCPEnvironment`` answers it.
+    It needs no episode and changes nothing."""
+
+    type: Literal["list_tools"]
+    metadata: dict[str, Any] = Field(default_factory=dict, description="accepted for OpenEnv; ignored")
+
+
+class CallToolWire(_Strict):
+    """OpenEnv's ``CallToolAction``: one env step with one structured tool call."""
+
+    type: Literal["call_tool"]
+    tool_name: str = Field(min_length=1, max_length=256)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict, description="accepted for OpenEnv; ignored")
+
+
+def _action_kind(value: Any) -> str:
+    """An action's tag: OpenEnv's ``type`` discriminator, or ``envhub`` for envhub's own action."""
+    kind = value.get("type", "envhub") if isinstance(value, dict) else getattr(value, "type", "envhub")
+    return kind if isinstance(kind, str) else "(not a string)"
+
+
+#: Every action ``/step`` and ``/ws`` accept: envhub's ``{"text"}`` / ``{"tool_calls"}``, or OpenEnv's
+#: MCP actions ``{"type": "call_tool", "tool_name", "arguments"}`` and ``{"type": "list_tools"}``.
+StepAction = Annotated[
+    Annotated[WireAction, Tag("envhub")] | Annotated[CallToolWire, Tag("call_tool")]
+    | Annotated[ListToolsWire, Tag("list_tools")],
+    Discriminator(_action_kind, custom_error_type="invalid_action_type",
+                  custom_error_message="type must be 'call_tool' or 'list_tools' (OpenEnv's MCP actions), "
+                                       "or absent (envhub's text / tool_calls action)"),
+]
+STEP_ACTION: TypeAdapter[WireAction | CallToolWire | ListToolsWire] = TypeAdapter(StepAction)
+
+
 class ResetRequest(_Strict):
     """``reset`` parameters. ``episode_id`` is OpenEnv's; the rest are ``Env.reset``'s."""
 
@@ -61,7 +96,7 @@ class ResetRequest(_Strict):
 class StepRequest(_Strict):
     """OpenEnv's HTTP ``/step`` body, with a typed action."""
 
-    action: WireAction
+    action: StepAction
     timeout_s: float | None = Field(default=None, gt=0, description="accepted for OpenEnv; ignored")
     request_id: str | None = Field(default=None, max_length=255)
 

@@ -13,7 +13,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from envhub.errors import EpisodeFinishedError
-from envhub.server.models import AbortRequest, EpisodeState, ResetRequest, WireAction, episode_state
+from envhub.server.models import (
+    STEP_ACTION,
+    AbortRequest,
+    CallToolWire,
+    EpisodeState,
+    ListToolsWire,
+    ResetRequest,
+    WireAction,
+    episode_state,
+)
 from envhub.server.sessions import Session, SessionManager
 from envhub.types import Action, Observation
 
@@ -81,12 +90,13 @@ class Ops:
         self._count(session)
         return obs
 
-    async def step(self, session: Session, data: Any) -> Observation:
+    @staticmethod
+    def parse_action(data: Any) -> WireAction | CallToolWire | ListToolsWire:
+        """A step's action: envhub's (an Action: env.step takes it) or one of OpenEnv's MCP actions."""
         try:
-            action = WireAction.model_validate(_as_dict(data, "an action"))  # an Action: env.step takes it
+            return STEP_ACTION.validate_python(_as_dict(data, "an action"))
         except ValidationError as exc:
             raise validation_error(exc, "action") from None
-        return await self.step_action(session, action)
 
     async def step_action(self, session: Session, action: Action) -> Observation:
         env = session.env

@@ -170,7 +170,7 @@ async def _dispatch(hub: Hub, session: Session, msg: dict[str, Any], kind: Any) 
         if kind == "step":
             if "data" not in msg:
                 raise ProtocolError("VALIDATION_ERROR", "a step message needs data (the action)", 422)
-            reply = '{"type":"observation","data":' + step_result_json(await ops.step(session, data)) + "}"
+            reply = '{"type":"observation","data":' + await hub.step_reply(session, ops.parse_action(data)) + "}"
         elif kind == "reset":
             reply = '{"type":"observation","data":' + step_result_json(await ops.reset(session, data)) + "}"
         elif kind == "state":
