@@ -82,6 +82,14 @@ class Shop(Exception):
     pass
 
 
+class OddZone(dt.tzinfo):
+    def __init__(self) -> None:
+        self.name = "X"
+
+    def utcoffset(self, when: object) -> dt.timedelta:
+        raise AssertionError("a submitted tzinfo was called")
+
+
 P = collections.namedtuple("P", "x y")
 Q = __name__
 
@@ -111,6 +119,8 @@ def test_plain_values_encode_by_exact_type() -> None:
     utc = dt.datetime(2024, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=-5)))
     assert encode(utc) == ["datetime", "2024-01-02T00:00:00-05:00"]
     assert encode(dt.time(1, 2)) == ["time", "01:02:00"]
+    odd = dt.datetime(2024, 1, 2, tzinfo=OddZone())  # its utcoffset is never called
+    assert encode(odd) == ["datetime", "2024-01-02T00:00:00", ["object", f"{Q}.OddZone", [["name", ["str", "X"]]]]]
     assert encode(dt.timedelta(days=-1, seconds=5, microseconds=7)) == ["timedelta", -1, 5, 7]
     assert encode(range(1, 10, 3)) == ["range", 1, 10, 3]
     assert encode(range(2**70)) == ["truncated"]
@@ -624,9 +634,15 @@ def test_runner_on_the_host_reports_every_attack_once(tmp_path: Path, style: str
         (tmp_path / rel).write_text(text, encoding="utf-8")
     argv = [sys.executable, "-I", RUNNER, PLAN] if style == "script" else [sys.executable, "-I", "-c", EXEC_STYLE,
                                                                            RUNNER, PLAN]
+    bystander = subprocess.Popen(["sleep", "60"])  # same uid, not the runner's descendant: must survive
     t0 = time.monotonic()
-    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    wall = time.monotonic() - t0
+    try:
+        proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        wall = time.monotonic() - t0
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
     assert proc.returncode == 0, proc.stderr
     root = os.geteuid() == 0  # root may open a non-dumpable process's fds; a sandbox's uid may not
     records = parse(proc.stdout, set(range(len(TESTS))) - {BOMB}, forged_ok=root)

@@ -177,15 +177,14 @@ class Runner:
         os.close(write_fd)
         try:
             data, cause = self._collect(pid, read_fd, deadline)
+        finally:  # whatever happened, nothing of the batch outlives it
             t1 = time.monotonic()
             status, clean = self._kill_tree(pid)
             t2 = time.monotonic()
-            if cause != "flood":  # what the batch wrote before it ended, read once all writers are dead
-                data += self._drain(read_fd, self.plan["max_bytes"] - len(data) + 1)
-                if len(data) > self.plan["max_bytes"]:
-                    cause = "flood"
-        finally:
-            os.close(read_fd)
+        if cause != "flood":  # what the batch wrote before it ended, read once all writers are dead
+            data += self._drain(read_fd, self.plan["max_bytes"] - len(data) + 1)
+            cause = "flood" if len(data) > self.plan["max_bytes"] else cause
+        os.close(read_fd)
         if self.plan["stats"]:  # wall seconds until the child ended / for the kill; CPU of both processes
             sys.stderr.write(json.dumps({"batch": number, "tests": len(tests), "run_s": round(t1 - t0, 6),
                                          "kill_s": round(t2 - t1, 6), "cpu_s": round(_cpu() - cpu0, 6)}) + "\n")
@@ -252,7 +251,7 @@ class Runner:
         status = None
         leader_alive = True  # until reaped, the leader's zombie keeps its pgid from being reused
         end = time.monotonic() + KILL_GRACE_S
-        pause = 0.0002
+        pause, quiet = 0.0002, 0
         while True:
             if leader_alive:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -263,8 +262,10 @@ class Runner:
             if none_left:
                 return status, True
             live = [p for p in descendants(self.pid) if p not in self.stuck]
-            if not live and not leader_alive:
-                self._reap()  # whatever turned zombie since the last reap (the scan skipped it)
+            # children are left but none live: zombies (reaped next round) or stuck ones. Two empty scans
+            # in a row: one may miss a process whose parent was reaped mid-scan; the next sees it as ours
+            quiet = quiet + 1 if not live and not leader_alive else 0
+            if quiet == 2:
                 return status, True
             for victim in live:
                 _kill_descendant(victim, self.pid)

@@ -99,7 +99,10 @@ class _TooBig(Exception):
 
 def qualname(cls: type) -> str:
     """``module.qualname`` of a class, read through ``type``'s own descriptors (never a metaclass's)."""
-    module = _TYPE_MODULE.__get__(cls)
+    try:
+        module = _TYPE_MODULE.__get__(cls)
+    except AttributeError:  # deleted from the class dict
+        module = None
     return f"{module if type(module) is str else '?'}.{_TYPE_QUALNAME.__get__(cls)}"
 
 
@@ -168,7 +171,7 @@ class _Encoder:
 
     def other(self, x: Any, cls: type, depth: int) -> list:
         if issubclass(cls, _enum.Enum):
-            name = [v for k, v in _instance_items(x, cls) if k == "_name_" and type(k) is str]
+            name = [v for k, v in _instance_items(x, cls) if type(k) is str and k == "_name_"]
             if name and type(name[0]) is str:
                 return ["enum", qualname(cls), name[0]]
         if issubclass(cls, BaseException):
@@ -219,16 +222,13 @@ def _instance_items(x: Any, cls: type) -> list[tuple[Any, Any]]:
 
 def _fraction(x: Any) -> list:
     num, den = _FR_NUM.__get__(x), _FR_DEN.__get__(x)
-    if type(num) is int and type(den) is int:
-        return ["Fraction", _int_text(num), _int_text(den)]
-    return ["opaque", qualname(type(x))]
+    ints = type(num) is int and type(den) is int
+    return ["Fraction", _int_text(num), _int_text(den)] if ints else ["opaque", qualname(type(x))]
 
 
 def _range(x: range) -> list:
     bounds = [x.start, x.stop, x.step]
-    if any(not -_RANGE_LIMIT < b < _RANGE_LIMIT for b in bounds):
-        return ["truncated"]
-    return ["range", *bounds]
+    return ["range", *bounds] if all(-_RANGE_LIMIT < b < _RANGE_LIMIT for b in bounds) else ["truncated"]
 
 
 _SIMPLE = {id(cls): fn for cls, fn in {
