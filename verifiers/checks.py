@@ -3,7 +3,7 @@
 Task families compose these instead of writing their own comparisons. Every parser here is
 strict on purpose: an answer that hedges ("12 or 13", "x = 3 maybe") does not parse, so it cannot
 collect credit for a candidate it did not commit to. What is forgiven is only notation that
-cannot change a value: one pair of quotes or backticks around it, and a sentence's full stop.
+cannot change a value: quotes or backticks around it, and a sentence's full stop.
 """
 
 from __future__ import annotations
