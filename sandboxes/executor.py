@@ -114,9 +114,17 @@ class ForkedPython:
     """The part of ``subprocess.Popen`` that ``_pump`` and ``_kill_call`` use, for a forked child."""
 
     def __init__(self, source: str, cwd: str, env: dict) -> None:
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        pid = os.fork()
+        """Fork the child; ``OSError`` when it cannot be (the agent holds every pid or fd)."""
+        fds: list[int] = []
+        try:
+            fds += os.pipe()
+            fds += os.pipe()
+            out_r, out_w, err_r, err_w = fds
+            pid = os.fork()
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
         if pid == 0:  # pragma: no cover - runs in the child
             _forked_child(source, cwd, env, out_w, err_w)
         os.close(out_w)
@@ -368,7 +376,10 @@ class Executor:
             return self._failed(2, problem)
         oom_before = self.oom_count()
         start, since = time.monotonic(), procs.ticks_now()
-        proc = ForkedPython(req["source"], cwd, env)
+        try:
+            proc = ForkedPython(req["source"], cwd, env)
+        except OSError as exc:  # e.g. EAGAIN: the agent's processes hold the whole pids limit
+            return self._failed(126, f"envhub: cannot start the command: {exc}\n")
         return self._complete(proc, None, cap, (start, since), start + timeout, oom_before,
                               bool(req.get("contain")))
 
