@@ -220,17 +220,28 @@ def _read_submissions(path: Path) -> list[dict[str, Any]]:
 def tasks_export(
     env_id: str,
     dest: Annotated[Path, typer.Argument(help="output directory")],
-    format: Annotated[str, typer.Option("--format", help="harbor")] = "harbor",
+    format: Annotated[str, typer.Option("--format", help="harbor | openenv")] = "harbor",
     split: str = "test",
-    limit: Annotated[int, typer.Option(help="at most this many tasks; 0 = all")] = 0,
+    limit: Annotated[int, typer.Option(help="at most this many tasks; 0 = all (harbor)")] = 0,
     base_image: Annotated[str | None, typer.Option(help="FROM image (default: the envhub base image)")] = None,
 ) -> None:
-    """Export an env's tasks in another harness's task format."""
+    """Export an env's tasks in another harness's task format: one Harbor task directory per
+    task, or an OpenEnv package (openenv.yaml, an offline Dockerfile) that serves the split."""
     from envhub.registry import make
 
-    if format != "harbor":
-        raise _fail(f"unknown task format {format!r}; supported: harbor")
+    if format not in ("harbor", "openenv"):
+        raise _fail(f"unknown task format {format!r}; supported: harbor, openenv")
     _spec(env_id)
+    if format == "openenv":
+        from envhub.server.openenv_package import OpenEnvExportError, export_openenv_package
+
+        if limit:
+            raise _fail("--limit does not apply to --format openenv: the package serves the whole split")
+        try:
+            export_openenv_package(env_id, dest, split=split, base_image=base_image, echo=console.print)
+        except OpenEnvExportError as exc:
+            raise _fail(str(exc)) from None
+        return
     env = make(env_id, split=split)
     exporter = getattr(env, "export_harbor", None)
     if exporter is None:

@@ -193,6 +193,21 @@ def _source_fingerprint(source: Path) -> str:
     return digest.hexdigest()
 
 
+def write_site(site: Path, dists: list[metadata.Distribution] | None = None) -> int:
+    """Fill the new directory ``site`` with envhub (a wheel built offline from its source,
+    unpacked) and every run-time dependency (``dists``, default :func:`runtime_distributions`),
+    copied from this machine's installed distributions: put it on ``PYTHONPATH`` and the server
+    runs. Returns how many distributions it holds."""
+    dists = runtime_distributions() if dists is None else dists
+    site.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="envhub-wheel-") as tmp, \
+            zipfile.ZipFile(_envhub_wheel(Path(tmp))) as zf:
+        zf.extractall(site)
+    for dist in dists:
+        _copy_distribution(dist, site)
+    return len(dists) + 1
+
+
 def _image_id(tag: str) -> str:
     return _docker("image", "inspect", "--format", "{{.Id}}", tag, timeout=60).stdout.strip()
 
@@ -227,15 +242,8 @@ def build_server_image(env_id: str, *, base: str | None = None, tag: str | None 
         echo(f"{tag} is up to date (inputs {inputs})")
         return tag
     with tempfile.TemporaryDirectory(prefix="envhub-serve-image-") as tmp:
-        scratch = Path(tmp)
-        wheel = _envhub_wheel(scratch)
-        context = scratch / "context"
-        site = context / "site"
-        site.mkdir(parents=True)
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(site)
-        for dist in dists:
-            _copy_distribution(dist, site)
+        context = Path(tmp) / "context"
+        write_site(context / "site", dists)
         (context / "Dockerfile").write_text(DOCKERFILE.format(
             base=base, port=CONTAINER_PORT, cmd=json.dumps(command), label=LABEL_INPUTS, inputs=inputs,
             env_id=env_id))
@@ -326,5 +334,5 @@ def serve_in_docker(env_id: str, *, host: str, port: int, token: str | None, arg
 
 __all__ = [
     "CONTAINER_PORT", "DockerServeError", "ServerContainer", "build_server_image", "image_tag",
-    "runtime_distributions", "serve_in_docker", "server_container", "start_server_container",
+    "runtime_distributions", "serve_in_docker", "server_container", "start_server_container", "write_site",
 ]
