@@ -35,7 +35,7 @@ import time
 from envhub.sandboxes import spawner
 from envhub.sandboxes.base import SandboxSpec
 from envhub.sandboxes.channel import PipeTransport, Transport
-from envhub.sandboxes.hidden import hidden_dirs
+from envhub.sandboxes.hidden import hidden_paths
 from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
 
 SANDBOX_UID = 1000
@@ -77,7 +77,8 @@ def bound_roots() -> tuple[str, ...]:
 def bwrap_args(spec: SandboxSpec, data_fds: dict[str, int], workdir: str = "/work",
                hidden: tuple[str, ...] = ()) -> list[str]:
     """The bwrap command line (without the command). ``data_fds`` maps /etc files to fds;
-    each of ``hidden`` (directories under the bound roots) is covered by an empty read-only tmpfs."""
+    each of ``hidden`` (under the bound roots) is covered: a directory by an empty read-only tmpfs,
+    a file by an empty one."""
     limits = spec.limits
     disk = str(limits.disk_mb * 1024 * 1024)
     args = [
@@ -101,7 +102,10 @@ def bwrap_args(spec: SandboxSpec, data_fds: dict[str, int], workdir: str = "/wor
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     for path in hidden:
-        args += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+        if os.path.isdir(path):
+            args += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+        else:
+            args += ["--ro-bind", "/dev/null", path]
     args += ["--dir", "/etc"]
     for path in HOST_ETC + (NETWORK_ETC if limits.network else ()):
         args += ["--ro-bind-try", path, path]
@@ -163,7 +167,7 @@ class BwrapSandbox(ResidentSandbox):
                 "limits": self._rlimits(),
                 "token": self.token,
             }
-            hidden = hidden_dirs(bound_roots())
+            hidden = hidden_paths(bound_roots())
             argv = [bwrap, *bwrap_args(self.spec, fds, self.workdir, hidden), "--info-fd", str(info_write), "--",
                     *executor_argv(python, {**config, "preload": list(self.spec.preload)})]
             drop = os.getuid() == 0

@@ -4,15 +4,17 @@ The bwrap backend binds the host's ``/usr`` (and ``/bin``, ``/lib*`` where they 
 read-only. An envhub installed there -- ``pip install`` into a system Python puts it under
 ``/usr/lib/python3/dist-packages`` or ``/usr/local/lib/python3.X/dist-packages``, ``--target``
 anywhere -- carries its task data: hidden tests and gold sources under ``tasks/``, the manifest
-with gold patches, expected observations. :func:`hidden_dirs` finds each such directory and the
-bwrap backend mounts an empty read-only tmpfs over it, so inside the sandbox it is empty.
+with gold patches, expected observations. :func:`hidden_paths` finds each such directory (and
+archive) and the bwrap backend mounts an empty read-only tmpfs over it (an empty file over an
+archive), so inside the sandbox there is nothing to read.
 
 Found, under the bound roots:
 
 - the running envhub's own package directories (``envhub`` and every subpackage, wherever the
   import system maps them: an editable install maps ``envhub.tasks`` into its checkout);
 - every directory named ``envhub`` that holds an ``__init__.py``, every ``envhub-*.dist-info`` /
-  ``*.egg-info``, and every directory an editable install's finder maps an ``envhub`` module to;
+  ``*.egg-info``, every directory an editable install's finder maps an ``envhub`` module to, and
+  every ``envhub-*`` wheel, sdist or egg file;
 
 and where such a package directory lies in a source checkout (its parent has ``pyproject.toml``
 or ``setup.py``), the whole checkout: its ``tasks/``, ``docs/`` and ``.git`` hold the same data.
@@ -33,6 +35,7 @@ SUBPACKAGES = ("sandboxes", "verifiers", "adapters", "trainer", "tasks")
 MAX_SCAN_DEPTH = 64
 _METADATA = re.compile(rf"^{PACKAGE}([-_][^/]*)?\.(dist-info|egg-info)$")
 _EDITABLE = re.compile(rf"^__editable__[._]+{PACKAGE}[-_].*(\.pth|_finder\.py)$")
+_ARCHIVE = re.compile(rf"^{PACKAGE}-[^/]*\.(whl|tar\.gz|zip|egg)$")
 _QUOTED_PATH = re.compile(r"""['"](/[^'"\n]+)['"]""")
 _CHECKOUT_MARKERS = ("pyproject.toml", "setup.py")
 
@@ -100,6 +103,8 @@ def scan_roots(roots: Iterable[str]) -> list[str]:
                 found.append(full)
             elif not is_dir and _EDITABLE.match(entry.name):
                 found.extend(_checkout_or_self(t) for t in _editable_targets(full))
+            elif not is_dir and _ARCHIVE.match(entry.name) and entry.is_file(follow_symlinks=False):
+                found.append(full)
             elif is_dir and depth < MAX_SCAN_DEPTH:
                 todo.append((full, depth + 1))
     return found
@@ -115,21 +120,23 @@ def _minimal(paths: Iterable[str]) -> list[str]:
 
 
 @functools.cache
-def hidden_dirs(roots: tuple[str, ...]) -> tuple[str, ...]:
-    """The directories under ``roots`` a sandbox must see empty (real paths, outermost only).
+def hidden_paths(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """The directories (and archive files) under ``roots`` a sandbox must see empty: real paths,
+    outermost only, none of them a symlink.
 
     Cached per process: a scan of ``/usr`` takes ~0.1-0.5 s. Something installed under a root
-    while a process runs is hidden from its sandboxes after ``hidden_dirs.cache_clear()``.
+    while a process runs is hidden from its sandboxes after ``hidden_paths.cache_clear()``.
     """
     real_roots = [os.path.realpath(r) for r in roots]
     found = [_checkout_or_self(p) for p in running_package_dirs()]
     found += scan_roots(real_roots)
-    dirs = [p for p in found if _under(p, real_roots) and _is_real_dir(p)]
-    return tuple(_minimal(dirs))
+    return tuple(_minimal(p for p in found if _under(p, real_roots) and _is_real(p)))
 
 
-def _is_real_dir(path: str) -> bool:
+def _is_real(path: str) -> bool:
+    """A directory or regular file, not a symlink (a mount over a link would land elsewhere)."""
     try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
+        mode = os.lstat(path).st_mode
     except OSError:
         return False
+    return stat.S_ISDIR(mode) or stat.S_ISREG(mode)

@@ -12,13 +12,14 @@ import secrets
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 from sandbox_fixtures import backend_params, require_backend
 
 from envhub.sandboxes import bwrap_backend, new_sandbox
-from envhub.sandboxes.hidden import hidden_dirs
+from envhub.sandboxes.hidden import hidden_paths
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_REPAIR = REPO / "tasks" / "code_repair"
@@ -75,7 +76,8 @@ def markers() -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """envhub, built from this checkout and installed non-editable into a new dir under /usr."""
+    """envhub, built from this checkout and installed non-editable into a new dir under /usr, plus
+    a wheel file beside it (stored, not compressed: the markers are in it as they are)."""
     if os.geteuid() != 0:
         pytest.skip("installing under /usr needs root (CI and the sandbox hosts run as root)")
     copy = tmp_path_factory.mktemp("envhub-src") / "src"
@@ -88,11 +90,15 @@ def installed(tmp_path_factory) -> Path:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                         "--target", str(target), str(copy)], check=True, capture_output=True, timeout=600)
         assert (target / "envhub" / "tasks" / "code_repair" / "projects").is_dir()
-        hidden_dirs.cache_clear()  # installed after this process may have looked
+        with zipfile.ZipFile(target / "envhub-0.1.0-py3-none-any.whl", "w", zipfile.ZIP_STORED) as wheel:
+            for path in sorted((target / "envhub" / "tasks").rglob("*")):  # stored: readable as it is
+                if path.is_file():
+                    wheel.write(path, path.relative_to(target))
+        hidden_paths.cache_clear()  # installed after this process may have looked
         yield target
     finally:
         shutil.rmtree(made, ignore_errors=True)
-        hidden_dirs.cache_clear()
+        hidden_paths.cache_clear()
 
 
 def search(sb, markers: list[bytes], where: str = "/") -> set[str]:
@@ -136,16 +142,16 @@ def test_no_sandbox_sees_hidden_tests_or_task_data(backend, installed, markers):
 def test_without_the_masks_a_bwrap_sandbox_would_find_them(installed, markers, monkeypatch):
     """The same search in a bwrap sandbox given no masks finds every marker in the installed copy."""
     require_backend("bwrap")
-    monkeypatch.setattr(bwrap_backend, "hidden_dirs", lambda roots: ())
+    monkeypatch.setattr(bwrap_backend, "hidden_paths", lambda roots: ())
     with new_sandbox("bwrap") as sb:
         for i, marker in enumerate(markers):
             found = search(sb, [marker], str(installed)) - controls(sb, [marker])
             assert found and all(p.startswith(str(installed)) for p in found), (i, marker)
 
 
-def test_hidden_dirs_finds_every_kind_of_installed_copy(tmp_path):
-    """A wheel install (package + metadata), a source checkout, and an editable install's finder
-    pointing at a checkout elsewhere under the roots; nothing else is hidden."""
+def test_hidden_paths_finds_every_kind_of_installed_copy(tmp_path):
+    """A wheel install (package + metadata), a source checkout, an editable install's finder
+    pointing at a checkout elsewhere under the roots, and a wheel file; nothing else is hidden."""
     site = tmp_path / "usr" / "lib" / "python3" / "dist-packages"
     (site / "envhub" / "tasks").mkdir(parents=True)
     (site / "envhub" / "__init__.py").write_text("")
@@ -160,5 +166,9 @@ def test_hidden_dirs_finds_every_kind_of_installed_copy(tmp_path):
     (editable / "setup.py").write_text("")
     (site / "__editable___envhub_0_1_0_finder.py").write_text(f"MAPPING = {{'envhub.tasks': '{editable}/tasks'}}\n")
     (site / "link").symlink_to(checkout)  # never followed
-    found = hidden_dirs.__wrapped__((str(tmp_path / "usr"),))
-    assert set(found) == {str(site / "envhub"), str(site / "envhub-0.1.0.dist-info"), str(checkout), str(editable)}
+    wheel = tmp_path / "usr" / "share" / "wheels" / "envhub-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"PK")
+    found = hidden_paths.__wrapped__((str(tmp_path / "usr"),))
+    assert set(found) == {str(site / "envhub"), str(site / "envhub-0.1.0.dist-info"), str(checkout), str(editable),
+                          str(wheel)}
