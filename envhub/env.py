@@ -380,8 +380,9 @@ class Env:
             shared_pool,
         )
 
-        spec = dataclasses.replace(self.sandbox_spec or SandboxSpec(), role=role,
-                                   preload=self.grading_preload if role == "grading" else ())
+        agent_spec = self.sandbox_spec or SandboxSpec()
+        spec = dataclasses.replace(agent_spec, role=role,
+                                   preload=self.grading_preload if role == "grading" else agent_spec.preload)
         if role == "grading" and self.grading_limits is not None:
             spec = dataclasses.replace(spec, limits=self.grading_limits)
         try:

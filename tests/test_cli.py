@@ -76,7 +76,7 @@ def test_verify_suite_over_a_stratified_sample_of_every_split(tmp_path):
     report = json.loads(out.read_text())
     assert report["violations"] == 0 and report["cases"]["gold"]["rate"] == 1.0
     assert {"noop", "two_candidates", "candidate_list"} <= set(report["cases"])
-    assert all(row["tasks"] == 300 for row in report["cases"].values())
+    assert all(row["tasks"] + row["not_applicable"] == 300 for row in report["cases"].values())
 
 
 def test_verify_rejects_an_unknown_split():

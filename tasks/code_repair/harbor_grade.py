@@ -97,18 +97,17 @@ def main():
     if findings:
         finish(0, "tampering detected: " + "; ".join(str(f) for f in findings[:10]))
     work = tempfile.mkdtemp(prefix="envhub-grade-")
-    os.chmod(work, 0o755)
     for rel, text in final.items():
         if rel.startswith("src/"):
             os.makedirs(os.path.dirname(os.path.join(work, rel)), exist_ok=True)
             with open(os.path.join(work, rel), "w") as fh:
                 fh.write(text)
     shutil.copytree(os.path.join(HERE, "probe"), os.path.join(work, spec["probe_dir"]))
-    for dirpath, dirnames, filenames in os.walk(work):
-        for name in dirnames:
-            os.chmod(os.path.join(dirpath, name), 0o755)
-        for name in filenames:
-            os.chmod(os.path.join(dirpath, name), 0o644)
+    if os.geteuid() == 0:  # the runner, as the agent's uid, takes the probes off the disk before they run
+        for dirpath, dirnames, filenames in os.walk(work):
+            for name in [*dirnames, *filenames]:
+                os.chown(os.path.join(dirpath, name), uid, uid)
+        os.chown(work, uid, uid)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec["env"]}
     drop = {"user": uid, "group": uid, "extra_groups": []} if os.geteuid() == 0 else {}
     try:

@@ -1,4 +1,4 @@
-"""Observation-probe grading for code repair (issue 10; contract in /work/notes/probes.md).
+"""Observation-probe grading for code repair (the design: docs/code-repair.md).
 
 Hidden tests become probe modules that only observe values; :mod:`.runtime` (``envhub_probe``
 in the sandbox) encodes and sends the observations, :mod:`.runner` runs probe tests in isolated

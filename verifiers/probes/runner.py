@@ -1,33 +1,25 @@
 """The in-sandbox probe runner: runs probe tests in isolated children and reports what they observed.
 
 Stdlib only; copied into the sandbox as ``<probe_dir>/envhub_probe_runner.py`` (the runtime beside
-it as ``envhub_probe.py``) and run as ``python3 -I <it> PLAN``, or as source through the executor's
-``exec_python`` with ``sys.exit(main(PLAN))`` appended. It never imports submitted code, holds no
-expected value and decides no verdict: one compact JSON line per test, then ``{"done": true}``.
-Plan and statuses: /work/notes/probes.md; plan paths are relative to the working directory.
+it as ``envhub_probe.py``) and run as ``python3 -s -P <it> PLAN`` (or as source with
+``sys.exit(main(PLAN))`` appended). It never imports submitted code, holds no expected value and
+decides no verdict: one compact JSON line per test, then ``{"done": true}`` (docs/code-repair.md).
 
-A batch: the parent (child subreaper; not dumpable, so no same-uid process can ptrace it or open
-``/proc/<it>/fd``) forks a child with a fresh pipe: ``setsid``, PDEATHSIG, stdio on /dev/null, no
-other descriptor, RLIMIT_CPU, ``sys.path = [probe_dir, *paths, *stdlib path]``, then
-the runtime's ``run_batch``. The parent reads the pipe while the child runs (poll, deadline, byte
-cap) until the child exits or closes the pipe, or the deadline or cap is hit; then SIGKILLs the
-child's group and every remaining descendant (orphans come back to the subreaper) until it has
-no child left, reaping all; only then it drains the pipe and parses the frames. Each kill goes
-through a pidfd after re-checking the ``/proc/<pid>/stat`` ppid chain up to the runner: on the
-process backend there is no pid namespace, and only our descendants are ever signalled.
+Before anything submitted runs, every probe module is read into a buffer and deleted from the
+disk. A batch: the parent (child subreaper; not dumpable, so no same-uid process can ptrace it or
+open ``/proc/<it>/fd``) forks a child with a fresh pipe: ``setsid``, PDEATHSIG, stdio on /dev/null,
+no other descriptor, RLIMIT_CPU, every other batch's buffer blanked, ``sys.path = [probe_dir,
+*paths, *stdlib path]``, then the runtime's ``run_batch``. The parent reads the pipe while the
+child runs (poll, deadline, byte cap), then SIGKILLs the child's group and every remaining
+descendant (orphans come back to the subreaper) until none is left, reaping all; only then it
+drains the pipe and parses the frames. Each kill goes through a pidfd after re-checking the
+``/proc/<pid>/stat`` ppid chain up to the runner: only our descendants are ever signalled.
 
-Decisions beyond the contract (also: ``"stats": true`` in the plan writes per-batch timings to stderr):
-
-* Frames come in test order: the current test (first not yet ended) sends observations, then its
-  end. A frame for an ended test (or a second end) makes it ``"late"``; a frame naming no test of
-  the batch after all ended makes all ``"late"``; a frame for a later test makes that test
-  ``"malformed"``; an undecodable or unattributable frame (or JSON deeper than MAX_JSON_DEPTH) the
-  current test, a length over ``max_bytes`` the current and all later ones. The first bad status sticks.
-* A batch that ends early (``"timeout"``, ``"flood"``, ``"crashed"``: the child exited or closed the
-  pipe) gives that status to every test not yet ended ("not run: ..." if it never started). If
-  descendants survive SIGKILL for KILL_GRACE_S (only another uid's could), all tests are ``"crashed"``.
-* Without ``prctl`` (no subreaper) the group and still-attached descendants are killed, but an
-  orphan that also left the group escapes: a gap of that configuration only.
+Statuses: frames come in test order. A frame for an ended test (or a second end) makes it
+``"late"``; a frame for a later test makes that test ``"malformed"``; an undecodable frame (or JSON
+deeper than MAX_JSON_DEPTH) the current test, a length over ``max_bytes`` the current and all later
+ones. A batch that ends early (``"timeout"``, ``"flood"``, ``"crashed"``) gives that status to every
+test not yet ended. Without ``prctl`` (no subreaper) an orphan that also left the group escapes.
 """
 
 from __future__ import annotations
@@ -72,8 +64,7 @@ def load_plan(path: str) -> dict[str, Any]:
         if not cond:
             raise PlanError(f"bad plan: {what}")
 
-    def strings(value: Any) -> bool:
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    strings = lambda value: isinstance(value, list) and all(isinstance(v, str) for v in value)  # noqa: E731
 
     need(isinstance(plan, dict) and isinstance(plan.get("probe_dir"), str), "no probe_dir string")
     need(strings(plan.get("paths", [])) and strings(plan.get("preload", [])), "paths/preload: lists of strings")
@@ -95,9 +86,9 @@ def load_plan(path: str) -> dict[str, Any]:
             need(isinstance(indices, dict) and all(type(v) is int and v >= 0 for v in indices.values()),
                  "indices must map names to row numbers")
         batches.append({"module": os.path.abspath(batch["module"]), "tests": batch["tests"]})
-    return {"probe_dir": os.path.abspath(plan["probe_dir"]), "paths": [os.path.abspath(p) for p in plan.get("paths", [])],
-            "preload": plan.get("preload", []), "timeout_s": float(timeout), "max_bytes": cap,
-            "batches": batches, "stats": bool(plan.get("stats"))}
+    paths = [os.path.abspath(p) for p in plan.get("paths", [])]
+    return {"probe_dir": os.path.abspath(plan["probe_dir"]), "paths": paths, "preload": plan.get("preload", []),
+            "timeout_s": float(timeout), "max_bytes": cap, "batches": batches, "stats": bool(plan.get("stats"))}
 
 
 class Runner:
@@ -123,9 +114,10 @@ class Runner:
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
         self.runtime = self._load_runtime()
-        # probe code is fixed now, before any submitted code runs: a batch that rewrites probe files
-        # cannot change the later ones, and no child compiles it again
-        self.code = {b["module"]: _compile(b["module"]) for b in plan["batches"]}
+        # Every probe module is read into memory and taken off the disk before any submitted code
+        # runs: a batch can neither rewrite a later one nor read another test's rows (one test's
+        # inputs may be another's expected values). Each child blanks every buffer but its own.
+        self.sources = {m: _take(m) for m in dict.fromkeys(b["module"] for b in plan["batches"])}
         sys.path_importer_cache[plan["probe_dir"]] = importlib.machinery.FileFinder(  # made once, not per child
             plan["probe_dir"], (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES))
 
@@ -293,12 +285,9 @@ class Runner:
             return "timeout", f"the batch ran past its {self.plan['timeout_s']:g}s limit"
         if cause == "flood":
             return "flood", f"the batch sent more than {self.plan['max_bytes']} bytes of frames"
-        if status is not None and os.WIFEXITED(status):
-            how = f"exited with code {os.WEXITSTATUS(status)}"
-        elif cause == "eof" or status is None:  # then it was our SIGKILL
-            how = "closed its frame channel"
-        else:
-            how = f"was killed by signal {os.WTERMSIG(status)}"
+        how = (f"exited with code {os.WEXITSTATUS(status)}" if status is not None and os.WIFEXITED(status) else
+               "closed its frame channel" if cause == "eof" or status is None else  # then it was our SIGKILL
+               f"was killed by signal {os.WTERMSIG(status)}")
         return "crashed", f"the test process {how} before the test ended"
 
 
@@ -309,11 +298,23 @@ def _trusted_path(path: list[str], untrusted: list[str]) -> list[str]:
     return [p for p in path if os.path.isabs(p) and not any(p == r or p.startswith(r + os.sep) for r in roots)]
 
 
-def _compile(path: str) -> Any:
-    """The code object of the probe module at ``path``, or the exception reading or compiling it raised."""
+def _take(path: str) -> bytearray:
+    """The bytes of the probe module at ``path``, read straight into a buffer (no other copy in this
+    process), and the file removed; a probe that cannot be removed is an unusable plan."""
     try:
         with open(path, "rb") as fh:
-            return compile(fh.read(), path, "exec", dont_inherit=True)
+            buffer = bytearray(os.fstat(fh.fileno()).st_size)
+            fh.readinto(buffer)
+        os.unlink(path)
+    except OSError as exc:
+        raise PlanError(f"cannot take the probe {path} off the disk: {exc}") from exc
+    return buffer
+
+
+def _compile(source: bytearray, path: str) -> Any:
+    """The code object of a probe module, or the exception compiling it raised."""
+    try:
+        return compile(bytes(source), path, "exec", dont_inherit=True)
     except Exception as exc:
         return exc
 
@@ -375,19 +376,17 @@ def _kill_descendant(pid: int, root: int) -> None:
             os.close(handle)
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _record(index: int, status: str, detail: str, observations: list | None = None) -> dict[str, Any]:
     return {"index": index, "status": status, "observations": observations or [], "detail": detail}
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _too_deep(value: Any, depth: int = 1) -> bool:
-    if depth > MAX_JSON_DEPTH:
-        return True
     inner = value if isinstance(value, list) else value.values() if isinstance(value, dict) else ()
-    return any(_too_deep(v, depth + 1) for v in inner)
+    return depth > MAX_JSON_DEPTH or any(_too_deep(v, depth + 1) for v in inner)
 
 
 def frames(data: bytes, limit: int) -> tuple[list[Any], bool]:
@@ -402,7 +401,7 @@ def frames(data: bytes, limit: int) -> tuple[list[Any], bool]:
         if end > len(data):
             return out, size > limit  # cut by a kill, unless the header itself is absurd
         try:
-            frame = json.loads(data[pos + HEADER.size:end].decode("utf-8"), parse_constant=_no_constant)
+            frame = json.loads(data[pos + HEADER.size:end].decode("utf-8"), parse_constant=_not_json)
             out.append(None if _too_deep(frame) else frame)
         except (ValueError, RecursionError):
             out.append(None)
@@ -475,10 +474,13 @@ def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pra
             hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
             soft = cpu if hard == resource.RLIM_INFINITY else min(cpu, hard)
             resource.setrlimit(resource.RLIMIT_CPU, (soft, soft if hard != resource.RLIM_INFINITY else soft + 1))
+        for source in (src for module, src in runner.sources.items() if module != batch["module"]):
+            source[:] = bytes(len(source))  # other tests' probes leave this process's memory
+        code = _compile(runner.sources[batch["module"]], batch["module"])
         sys.path[:] = [runner.plan["probe_dir"], *runner.plan["paths"], *runner.base_path]
         runner.runtime.bind(write_fd)
         sys.dont_write_bytecode = False  # the submission's modules compile once, in the first batch
-        runner.runtime.run_batch(batch["module"], batch["tests"], runner.code[batch["module"]])
+        runner.runtime.run_batch(batch["module"], batch["tests"], code)
     finally:
         os._exit(0)
 

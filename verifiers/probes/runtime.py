@@ -2,7 +2,7 @@
 
 Standard library only; nothing here holds an expected value. A probe *observes* values; the
 observations leave the process as frames over a pipe that the runner (``runner.py``) reads.
-Probe API (contract: /work/notes/probes.md): ``observe(value, site)``, ``with raises(site,
+Probe API (docs/code-repair.md): ``observe(value, site)``, ``with raises(site,
 message=False) as info``, ``@cases("a, b", rows)``, ``@fixture``, ``encode``, ``NotRaised``.
 Runner API (never used by probes): ``bind(fd)`` -- where frames go; ``begin(index)`` -- the test
 frames belong to; ``send(frame)`` -- one frame, 4-byte big-endian length + compact ASCII JSON;
