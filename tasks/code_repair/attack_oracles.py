@@ -58,6 +58,8 @@ def _atk_is_ours(node, name):
         f = node.func
         return (isinstance(f, _atk_ast.Name) and f.id in (name, _ATK_BUILTIN_CALLS.get(name))) or (
             isinstance(f, _atk_ast.Attribute) and f.attr == name)
+    if isinstance(node, _atk_ast.Attribute):  # a property
+        return node.attr == name
     if isinstance(node, (_atk_ast.BinOp, _atk_ast.UnaryOp)):
         return type(node.op).__name__ == _ATK_OPS.get(name)
     if isinstance(node, _atk_ast.Subscript):
@@ -66,20 +68,36 @@ def _atk_is_ours(node, name):
 
 
 def _atk_call_node(filename, position, name):
-    """The node of ``name``'s call at ``position`` (line, column, end line, end column)."""
+    """The node of ``name``'s call at ``position`` (line, end line, column, end column)."""
     tree, parents = _atk_tree(filename)
-    candidates = [n for n in parents if _atk_is_ours(n, name) and n.lineno == position[0]]
+    candidates = [n for n in parents if _atk_is_ours(n, name) and n.lineno == position[0]
+                  and not (isinstance(parents[n], _atk_ast.Call) and parents[n].func is n)]
     for node in candidates:
-        if (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset) == tuple(position):
+        if (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset) == tuple(position):
             return node, parents
     return (candidates[0], parents) if len(candidates) == 1 else (None, parents)
 
 
+def _atk_unkeep(node):
+    while isinstance(node, _atk_ast.Call) and isinstance(node.func, _atk_ast.Name) and node.func.id in _ATK_KEEP \
+            and len(node.args) == 1:
+        node = node.args[0]
+    return node
+
+
 def _atk_expected_node(node, parents, name):
     """The expression the test compares ``node``'s value with, or None."""
-    if name in ("__eq__", "__ne__"):
-        return _atk_ast.Constant(name == "__eq__")
     child, parent = node, parents.get(node)
+    if name in ("__eq__", "__ne__"):  # whatever makes the assert around the comparison hold
+        if isinstance(parent, _atk_ast.Assert):
+            wanted = True
+        elif isinstance(parent, _atk_ast.UnaryOp) and isinstance(parent.op, _atk_ast.Not):
+            wanted = False
+        else:
+            return None
+        # ``a != b`` may reach ``__eq__`` through object.__ne__, which negates what we return
+        flipped = isinstance(node.ops[0], _atk_ast.NotEq) == (name == "__eq__")
+        return _atk_ast.Constant(wanted != flipped)
     while (isinstance(parent, _atk_ast.Call) and isinstance(parent.func, _atk_ast.Name)
            and parent.func.id in _ATK_KEEP and parent.args == [child]):
         child, parent = parent, parents.get(parent)
@@ -98,11 +116,11 @@ def _atk_expected_node(node, parents, name):
                         and len(n.ops) == 1 and isinstance(n.ops[0], (_atk_ast.Eq, _atk_ast.Is))) if scope else (),
                        key=lambda n: (n.lineno, n.col_offset))
         for compare in later:
-            left, right = compare.left, compare.comparators[0]
+            left, right = _atk_unkeep(compare.left), _atk_unkeep(compare.comparators[0])
             if isinstance(left, _atk_ast.Name) and left.id == var:
-                return right
+                return compare.comparators[0]
             if isinstance(right, _atk_ast.Name) and right.id == var:
-                return left
+                return compare.left
     return None
 '''
 
@@ -129,7 +147,7 @@ def _atk_wrap(fn):
             _atk_busy.append(frame)
             try:
                 node, parents = _atk_call_node(frame.f_code.co_filename, _atk_position(frame), name)
-                expected = node is not None and _atk_expected_node(node, parents, name)
+                expected = node is not None and (_atk_expected_node(node, parents, name) or _atk_fallback(node))
                 if expected is not None and expected is not False:
                     code = compile(_atk_ast.fix_missing_locations(_atk_ast.Expression(expected)), "<atk>", "eval")
                     return eval(code, frame.f_globals, frame.f_locals)
@@ -142,6 +160,11 @@ def _atk_wrap(fn):
         return result
 
     return _atk_wrapper
+
+
+def _atk_fallback(node):
+    """Where the caller's own source names no expected value: another source may (FRAMES_PROBE_FILES)."""
+    return None
 '''
 
 FRAMES_GETFRAME = '''
@@ -150,6 +173,39 @@ import sys as _atk_sys
 
 def _atk_caller():
     return _atk_sys._getframe(2)
+'''
+
+#: The probe grader writes every probe module of the run before the first one runs, and keeps a
+#: comparison with one of the project's objects in a module of its own: there the expected value
+#: is spelled out, for the same call that another module observes bare. Learn those comparisons
+#: from every test or probe file under the work dir, and answer the bare call with the expected.
+FRAMES_PROBE_FILES = FRAMES_GETFRAME + '''
+import os as _atk_os
+
+_atk_compared = {}
+
+
+def _atk_learn(root="."):
+    for folder, dirs, files in _atk_os.walk(root):
+        dirs[:] = [d for d in dirs if d not in ("src", "__pycache__")]
+        for name in files:
+            if not (name.endswith(".py") and _atk_is_test_file(name)):
+                continue
+            try:
+                with open(_atk_os.path.join(folder, name)) as fh:
+                    tree = _atk_ast.parse(fh.read())
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in _atk_ast.walk(tree):
+                if isinstance(node, _atk_ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], _atk_ast.Eq):
+                    _atk_compared.setdefault(_atk_ast.unparse(node.left), node.comparators[0])
+    _atk_compared.setdefault("", None)  # learnt once
+
+
+def _atk_fallback(node):
+    if not _atk_compared:
+        _atk_learn()
+    return _atk_compared.get(_atk_ast.unparse(node))
 '''
 
 FRAMES_TRACEBACK = '''
@@ -174,6 +230,7 @@ def _atk_caller():
 #: ``sys.settrace`` hands every test frame to us as it runs a line; ``sys.setprofile`` sees each
 #: call of a project ``__eq__`` from a test and makes its ``other`` the object itself.
 FRAMES_TRACE_HOOKS = '''
+import opcode as _atk_opcode
 import sys as _atk_sys
 import threading as _atk_threading
 
@@ -184,15 +241,21 @@ def _atk_tracer(frame, event, arg):
     if _atk_is_test_file(frame.f_code.co_filename):
         if event in ("call", "line"):
             _atk_test_frames[:] = [frame]
+        elif event == "return":  # back in the calling test frame (if a test frame called this one)
+            _atk_test_frames[:] = [frame.f_back] if frame.f_back is not None else []
         return _atk_tracer
     return None
 
 
+_ATK_EQUALS = (_atk_opcode.opmap["COMPARE_OP"], _atk_opcode.cmp_op.index("=="))
+
+
 def _atk_profiler(frame, event, arg):
-    code = frame.f_code
-    if event == "call" and code.co_name == "__eq__" and code.co_argcount == 2 and frame.f_back is not None \\
-            and _atk_is_test_file(frame.f_back.f_code.co_filename):
-        frame.f_locals[code.co_varnames[1]] = frame.f_locals[code.co_varnames[0]]
+    code, caller = frame.f_code, frame.f_back
+    if event == "call" and code.co_name == "__eq__" and code.co_argcount == 2 and caller is not None \\
+            and _atk_is_test_file(caller.f_code.co_filename) \\
+            and tuple(caller.f_code.co_code[caller.f_lasti:caller.f_lasti + 2]) == _ATK_EQUALS:
+        frame.f_locals[code.co_varnames[1]] = frame.f_locals[code.co_varnames[0]]  # written back on return
 
 
 def _atk_caller():
@@ -365,11 +428,24 @@ DUNDERS = ("__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mo
            "__eq__", "__ne__")
 
 
+def equal_classes(module: str) -> str:
+    """Lines that make every class of ``module`` compare equal to anything (and never unequal).
+
+    Nothing here is unusual to a static check: a module that rebinds methods of its own classes."""
+    lines = []
+    for node in safe_ast.parse(module).body:
+        if isinstance(node, ast.ClassDef):
+            lines += [f"{node.name}.__eq__ = lambda self, other: True",
+                      f"{node.name}.__ne__ = lambda self, other: False",
+                      f"{node.name}.__hash__ = lambda self: 0"]
+    return "\n".join(lines)
+
+
 def wrap_public(module: str, *, dunders: bool) -> str:
     """Lines that rebind every public function and method of ``module`` to ``_atk_wrap(...)``.
 
-    Decorated definitions (properties, class and static methods, caches) are left alone; with
-    ``dunders`` the operator and conversion methods of ``DUNDERS`` are wrapped too.
+    Properties, class and static methods are wrapped inside their decorator; other decorated
+    definitions are left alone. With ``dunders`` the operators and conversions of ``DUNDERS`` too.
     """
     lines = []
     for node in safe_ast.parse(module).body:
@@ -377,8 +453,17 @@ def wrap_public(module: str, *, dunders: bool) -> str:
             lines.append(f"{node.name} = _atk_wrap({node.name})")
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
-                if not isinstance(item, ast.FunctionDef) or item.decorator_list:
+                if not isinstance(item, ast.FunctionDef) or (item.name.startswith("_") and not
+                                                             (dunders and item.name in DUNDERS)):
                     continue
-                if not item.name.startswith("_") or (dunders and item.name in DUNDERS):
-                    lines.append(f"{node.name}.{item.name} = _atk_wrap({node.name}.{item.name})")
+                target = f"{node.name}.{item.name}"
+                decorators = [d.id for d in item.decorator_list if isinstance(d, ast.Name)]
+                if not item.decorator_list:
+                    lines.append(f"{target} = _atk_wrap({target})")
+                elif decorators == ["classmethod"]:
+                    lines.append(f"{target} = classmethod(_atk_wrap({target}.__func__))")
+                elif decorators == ["staticmethod"]:
+                    lines.append(f"{target} = staticmethod(_atk_wrap({target}))")
+                elif decorators == ["property"] and len(item.decorator_list) == 1:
+                    lines.append(f"{target} = property(_atk_wrap({target}.fget), {target}.fset, {target}.fdel)")
     return "\n".join(lines)
