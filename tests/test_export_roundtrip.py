@@ -32,10 +32,15 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _expected(run_dir: Path, *, include_infra: bool, fmt: str = "parquet") -> list[dict]:
+    """The records an export holds, in its order: groups contiguous, each in sample order."""
     out = []
-    for rec in load_records(run_dir):
+    records = load_records(run_dir)
+    first = {}
+    for i, rec in enumerate(records):
+        first.setdefault(rec.group_id, i)
+    for rec in sorted(records, key=lambda r: (first[r.group_id], r.sample_index)):
         infra = rec.outcome_class is OutcomeClass.INFRA_FAILURE
-        if infra and not include_infra:
+        if infra and not (include_infra or FORMATS[fmt].infra_in_place):
             continue
         want = rec.model_dump(mode="json", include=set(ROUND_TRIP_FIELDS))
         if infra and fmt != "parquet":  # a trainer format never trains on our failures
@@ -63,13 +68,13 @@ def test_round_trip(run_dir: Path, tmp_path: Path, fmt: str, include_infra: bool
     n_infra = sum(r.outcome_class is OutcomeClass.INFRA_FAILURE for r in load_records(run_dir))
     assert n_infra > 0
     assert result.exported == len(expected)
-    assert result.excluded_infra == (0 if include_infra else n_infra)
+    assert result.excluded_infra == (0 if include_infra or FORMATS[fmt].infra_in_place else n_infra)
     back = read_export(tmp_path / fmt, fmt)
     assert len(back) == len(expected)
     for got, want in zip(back, expected, strict=True):
         got = {k: got[k] for k in ROUND_TRIP_FIELDS}
         assert got == want
-    if include_infra and fmt != "parquet":
+    if (include_infra or FORMATS[fmt].infra_in_place) and fmt != "parquet":
         infra = [g for g in back if g["outcome"] in ("env_error", "verifier_error", "engine_error")]
         assert infra and all(g["response_ids"] and set(g["response_mask"]) == {0} for g in infra)
     manifest = json.loads((tmp_path / fmt / "manifest.json").read_text())
@@ -97,14 +102,16 @@ def test_cli_prints_the_infra_count(run_dir: Path, tmp_path: Path) -> None:
     app.command("export")(export_command)
     app.command("noop")(lambda: None)  # two commands, so typer keeps the sub-command name
     runner = CliRunner()
-    out = tmp_path / "slime"
-    res = runner.invoke(app, ["export", str(run_dir), "--format", "slime", "--out", str(out)])
+    out = tmp_path / "trl"
+    res = runner.invoke(app, ["export", str(run_dir), "--format", "trl", "--out", str(out)])
     assert res.exit_code == 0, res.output
     n_infra = sum(r.outcome_class is OutcomeClass.INFRA_FAILURE for r in load_records(run_dir))
     assert f"excluded {n_infra} infra-failure" in res.output
-    assert (out / "samples.jsonl").is_file()
-    res = runner.invoke(app, ["export", str(run_dir), "--format", "slime", "--out", str(out), "--include-infra"])
+    assert (out / "trl.parquet").is_file()
+    res = runner.invoke(app, ["export", str(run_dir), "--format", "trl", "--out", str(out), "--include-infra"])
     assert res.exit_code == 0 and "excluded 0 infra-failure" in res.output
+    res = runner.invoke(app, ["export", str(run_dir), "--format", "slime", "--out", str(tmp_path / "slime")])
+    assert res.exit_code == 0 and "excluded 0 infra-failure" in res.output  # kept in place, as remove_sample
     res = runner.invoke(app, ["export", str(run_dir), "--format", "nope"])
     assert res.exit_code == 2 and "unknown format" in res.output
     res = runner.invoke(app, ["export", str(tmp_path / "missing"), "--format", "trl"])

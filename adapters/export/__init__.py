@@ -2,7 +2,10 @@
 
 ``export_run(DIR, format, out)`` reads ``DIR/trajectories.jsonl``, drops infra-failure
 episodes unless asked not to (they are not the model's doing), and writes the format's files
-plus ``manifest.json`` into ``out``. Every format has a reader that maps its files back to
+plus ``manifest.json`` into ``out``. Every format writes groups whole and contiguous, each in
+sample order (the file holds episodes in completion order, resumed ones at the end); the groups
+of an unfinished run that are not complete yet are left out and counted. slime and Miles keep
+infra failures in place (see :mod:`.slime`). Every format has a reader that maps its files back to
 envhub's token view, which is what the round-trip tests compare. Formats and their files:
 
 =========  ==========================================================================
@@ -17,9 +20,10 @@ parquet    ``trajectories.parquet`` (every field; docs/trajectory-schema.md)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from envhub.store import write_json_atomic
 from envhub.types import TrajectoryRecord
@@ -45,14 +49,22 @@ def _read_parquet(out: Path) -> list[dict[str, Any]]:
             for r in read_parquet(out / "trajectories.parquet")]
 
 
-#: format -> (writer, reader, needs a token view)
-FORMATS: dict[str, tuple[Writer, Reader, bool]] = {
-    "verl": (export_verl, read_verl, True),
-    "slime": (export_samples, read_samples, True),
-    "miles": (export_samples, read_samples, True),
-    "trl": (export_trl, read_trl, True),
-    "skyrl": (export_skyrl, read_skyrl, True),
-    "parquet": (_export_parquet, _read_parquet, False),
+class Format(NamedTuple):
+    writer: Writer
+    reader: Reader
+    needs_tokens: bool
+    #: infra failures stay in their groups (masked out of the loss) whatever --include-infra says:
+    #: the trainer finds a group by position, so dropping one would shift every later group
+    infra_in_place: bool = False
+
+
+FORMATS: dict[str, Format] = {
+    "verl": Format(export_verl, read_verl, True),
+    "slime": Format(export_samples, read_samples, True, infra_in_place=True),
+    "miles": Format(export_samples, read_samples, True, infra_in_place=True),
+    "trl": Format(export_trl, read_trl, True),
+    "skyrl": Format(export_skyrl, read_skyrl, True),
+    "parquet": Format(_export_parquet, _read_parquet, False),
 }
 
 
@@ -65,20 +77,31 @@ def export_run(run_dir: str | Path, format: str, out: str | Path | None = None, 
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
-    writer, _, needs_tokens = FORMATS[format]
+    fmt = FORMATS[format]
     records = load_records(run_dir)
-    selection = select(records, include_infra=include_infra, require_tokens=needs_tokens)
     base = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
+    selection = select(records, include_infra=include_infra, require_tokens=fmt.needs_tokens,
+                       infra_in_place=fmt.infra_in_place, group_size=_run_group_size(base))
     target = Path(out) if out is not None else base / f"export-{format}"
     target.mkdir(parents=True, exist_ok=True)
-    files = writer(selection.records, target)
+    files = fmt.writer(selection.records, target)
     result = ExportResult(format=format, out=target, files=files, exported=len(selection.records),
                           excluded_infra=selection.excluded_infra,
-                          skipped_no_tokens=selection.skipped_no_tokens)
+                          skipped_no_tokens=selection.skipped_no_tokens,
+                          incomplete_groups=selection.incomplete_groups, group_size=selection.group_size)
     write_json_atomic(target / "manifest.json", {**result.manifest(), "include_infra": include_infra,
                                                  "source": str(run_dir)})
     result.files.append(target / "manifest.json")
     return result
+
+
+def _run_group_size(run_dir: Path) -> int | None:
+    """The group size ``envhub rollout`` wrote in ``report.json`` (None without one)."""
+    try:
+        size = json.loads((run_dir / "report.json").read_text(encoding="utf-8")).get("group_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
 def read_export(out: str | Path, format: str) -> list[dict[str, Any]]:
@@ -86,6 +109,6 @@ def read_export(out: str | Path, format: str) -> list[dict[str, Any]]:
     return FORMATS[format][1](Path(out))
 
 
-__all__ = ["FORMATS", "ROUND_TRIP_FIELDS", "ExportResult", "export_command", "export_run", "load_records",
+__all__ = ["FORMATS", "ROUND_TRIP_FIELDS", "ExportResult", "Format", "export_command", "export_run", "load_records",
            "read_export", "select"]
 

@@ -14,7 +14,8 @@ def export_command(
     out: Annotated[Path | None, typer.Option("--out", help="output folder (default: DIR/export-FORMAT)")] = None,
     include_infra: Annotated[bool, typer.Option(
         "--include-infra/--exclude-infra",
-        help="keep episodes whose outcome is an infra failure (env/verifier/engine error)")] = False,
+        help="keep episodes whose outcome is an infra failure (env/verifier/engine error), with a zero "
+             "loss mask; slime and miles always keep them in their groups, as remove_sample")] = False,
 ) -> None:
     """Export a run's trajectories for an external trainer (veRL, slime, Miles, TRL, SkyRL, Parquet)."""
     from envhub.adapters.export import FORMATS, export_run

@@ -25,11 +25,14 @@ ROUND_TRIP_FIELDS = (
 
 @dataclass
 class Selection:
-    """The records an export writes, and what it left out (and why)."""
+    """The records an export writes, grouped (see :func:`select`), and what it left out (and why)."""
 
     records: list[TrajectoryRecord]
     excluded_infra: int = 0
     skipped_no_tokens: int = 0
+    #: episodes left out because their group is unfinished (an interrupted run not yet resumed)
+    incomplete_groups: int = 0
+    group_size: int = 1
 
 
 @dataclass
@@ -40,6 +43,8 @@ class ExportResult:
     exported: int = 0
     excluded_infra: int = 0
     skipped_no_tokens: int = 0
+    incomplete_groups: int = 0
+    group_size: int = 1
 
     def summary(self) -> str:
         parts = [f"exported {self.exported} episode(s) as {self.format} to {self.out}"]
@@ -47,6 +52,9 @@ class ExportResult:
         if self.skipped_no_tokens:
             parts.append(f"skipped {self.skipped_no_tokens} episode(s) without a token view "
                          "(scripted policies record no tokens)")
+        if self.incomplete_groups:
+            parts.append(f"left out {self.incomplete_groups} episode(s) of unfinished groups "
+                         f"(fewer than {self.group_size} samples: resume the run to finish them)")
         return "; ".join(parts)
 
     def manifest(self) -> dict[str, Any]:
@@ -56,6 +64,8 @@ class ExportResult:
             "exported": self.exported,
             "excluded_infra": self.excluded_infra,
             "skipped_no_tokens": self.skipped_no_tokens,
+            "incomplete_groups": self.incomplete_groups,
+            "group_size": self.group_size,
             "schema_doc": "docs/trajectory-schema.md",
         }
 
@@ -82,21 +92,58 @@ def has_tokens(record: TrajectoryRecord) -> bool:
     return bool(record.prompt_ids) or bool(record.response_ids)
 
 
-def select(records: Iterable[TrajectoryRecord], *, include_infra: bool = False,
-           require_tokens: bool = True) -> Selection:
-    """Apply the default training rule: infra failures out (counted), token-less records out.
+def is_infra(rec: TrajectoryRecord) -> bool:
+    return rec.outcome_class is OutcomeClass.INFRA_FAILURE
+
+
+def whole_groups(records: Iterable[TrajectoryRecord], group_size: int | None = None
+                 ) -> tuple[list[list[TrajectoryRecord]], int, int]:
+    """(groups, episodes of unfinished groups, group size) of a run's records.
+
+    Records come in completion order, and a resumed run appends the episodes it finishes at the
+    end, so one group's samples are scattered over the file. Here every group is one list in
+    sample order, groups in order of first appearance. A group is whole when it holds sample
+    indices ``0 .. group_size - 1`` (``group_size``: the run's, else the largest seen); an
+    unfinished one is left out, counted, never exported half.
+    """
+    by_group: dict[str, dict[int, TrajectoryRecord]] = {}
+    for rec in records:
+        by_group.setdefault(rec.group_id, {}).setdefault(rec.sample_index, rec)
+    size = max([group_size or 1, *(i + 1 for g in by_group.values() for i in g)])
+    groups, left_out = [], 0
+    for members in by_group.values():
+        if sorted(members) == list(range(size)):
+            groups.append([members[i] for i in range(size)])
+        else:
+            left_out += len(members)
+    return groups, left_out, size
+
+
+def select(records: Iterable[TrajectoryRecord], *, include_infra: bool = False, require_tokens: bool = True,
+           infra_in_place: bool = False, group_size: int | None = None) -> Selection:
+    """The records an export writes: whole groups (:func:`whole_groups`), each contiguous and in
+    sample order, under the default training rule -- infra failures out (counted), token-less
+    records out.
 
     Infra failures (``env_error``, ``verifier_error``, ``engine_error``) are not the model's
     doing; scoring them as its failures would teach it to avoid our bugs. They stay countable.
+    ``infra_in_place`` keeps them whatever ``include_infra`` says, for formats whose trainers
+    find a group by its position (slime, Miles): the writer then masks them out of the loss. A
+    group whose (non-infra) samples lack tokens is skipped whole.
     """
-    sel = Selection(records=[])
-    for rec in records:
-        if rec.outcome_class is OutcomeClass.INFRA_FAILURE and not include_infra:
-            sel.excluded_infra += 1
-        elif require_tokens and not has_tokens(rec):
-            sel.skipped_no_tokens += 1
-        else:
-            sel.records.append(rec)
+    groups, incomplete, size = whole_groups(records, group_size)
+    sel = Selection(records=[], incomplete_groups=incomplete, group_size=size)
+    for group in groups:
+        if require_tokens and not all(has_tokens(r) for r in group if not is_infra(r)):
+            sel.skipped_no_tokens += len(group)
+            continue
+        for rec in group:
+            if is_infra(rec) and not (include_infra or infra_in_place):
+                sel.excluded_infra += 1
+            elif require_tokens and not has_tokens(rec) and not (infra_in_place and is_infra(rec)):
+                sel.skipped_no_tokens += 1
+            else:
+                sel.records.append(rec)
     return sel
 
 
@@ -107,7 +154,7 @@ def trainable_mask(rec: TrajectoryRecord) -> list[int]:
     Every token exporter writes its mask (``loss_mask`` / ``response_mask`` / ``env_mask`` /
     ``loss_masks``) from here; ``parquet`` is the record itself and keeps the recorded mask.
     """
-    if rec.outcome_class is OutcomeClass.INFRA_FAILURE:
+    if is_infra(rec):
         return [0] * len(rec.response_mask)
     return list(rec.response_mask)
 
