@@ -9,8 +9,7 @@ lines an agent would append to the module). A wrapped call made directly by a te
   twin also rewrites the operands of the project's ``__eq__`` as it is called);
 * or, without any frame object, the literal or local (as ``repr``) the test compares with,
   read through ``traceback``'s stack summaries;
-* or an object whose comparisons always hold: a plain one, or an instance of a subclass of the
-  real result's own type (``class I(int)``) that keeps everything else of the real value.
+* (``attack_equality.py``) or an object whose comparisons always hold.
 """
 
 from __future__ import annotations
@@ -133,6 +132,25 @@ def _atk_position(frame):
     return positions[frame.f_lasti // 2] if frame.f_lasti >= 0 else (frame.f_lineno, None, None, None)
 
 
+def _atk_seed_source(frame):
+    """A test file taken off the disk before we ran: its text from whoever loaded it (a caller's
+    ``sources`` map of path -> bytes), put where ``linecache`` finds it."""
+    filename = frame.f_code.co_filename
+    if _atk_linecache.getlines(filename):
+        return
+    caller = frame.f_back
+    while caller is not None:
+        for value in list(caller.f_locals.values()):
+            sources = getattr(value, "sources", None)
+            text = sources.get(filename) if isinstance(sources, dict) else None
+            if isinstance(text, (bytes, bytearray)) and any(text):
+                lines = bytes(text).decode("utf-8", "replace").splitlines(keepends=True)
+                _atk_linecache.cache[filename] = (len(text), None, lines, filename)
+                _atk_trees.pop(filename, None)
+                return
+        caller = caller.f_back
+
+
 def _atk_wrap(fn):
     name = getattr(fn, "__name__", "")
 
@@ -146,6 +164,7 @@ def _atk_wrap(fn):
         if frame is not None and _atk_is_test_file(frame.f_code.co_filename):
             _atk_busy.append(frame)
             try:
+                _atk_seed_source(frame)
                 node, parents = _atk_call_node(frame.f_code.co_filename, _atk_position(frame), name)
                 expected = node is not None and (_atk_expected_node(node, parents, name) or _atk_fallback(node))
                 if expected is not None and expected is not False:
@@ -206,6 +225,47 @@ def _atk_fallback(node):
     if not _atk_compared:
         _atk_learn()
     return _atk_compared.get(_atk_ast.unparse(node))
+'''
+
+#: The same comparisons, read out of this process's own memory (``/proc/self/mem``): a probe
+#: module read from disk by the parent before it forked may linger in buffers it freed or blanked
+#: only in part.
+FRAMES_PROCESS_MEMORY = FRAMES_PROBE_FILES + '''
+import re as _atk_re
+
+_ATK_OBSERVED = _atk_re.compile(rb"observe\\(([^\\n\\x00]{1,4000}?), \\d+\\)\\n")
+
+
+def _atk_learn(root=None, limit=512 << 20):
+    seen = set()
+    try:
+        with open("/proc/self/maps") as fh:
+            regions = [line.split() for line in fh]
+        mem = open("/proc/self/mem", "rb", buffering=0)
+    except OSError:
+        regions, mem = [], None
+    total = 0
+    for fields in regions:
+        if len(fields) < 2 or not fields[1].startswith("rw") or (len(fields) > 5 and fields[5].startswith("/")):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if total + end - start > limit:
+            continue
+        try:
+            mem.seek(start)
+            chunk = mem.read(end - start)
+        except (OSError, ValueError, OverflowError):
+            continue
+        total += len(chunk)
+        seen.update(m.group(1) for m in _ATK_OBSERVED.finditer(chunk))
+    for text in seen:
+        try:
+            node = _atk_ast.parse(text.decode("utf-8"), mode="eval").body
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(node, _atk_ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], _atk_ast.Eq):
+            _atk_compared.setdefault(_atk_ast.unparse(node.left), node.comparators[0])
+    _atk_compared.setdefault("", None)
 '''
 
 FRAMES_TRACEBACK = '''
@@ -323,122 +383,10 @@ def _atk_wrap(fn):
     return _atk_wrapper
 '''
 
-#: Results handed to a test compare equal to anything (a plain object that stands in for it).
-ALWAYS_EQUAL_OBJECTS = '''
-import functools as _atk_functools
-import traceback as _atk_traceback
-
-
-def _atk_from_test():
-    stack = _atk_traceback.extract_stack(limit=3)
-    base = stack[0].filename.replace("\\\\", "/").rsplit("/", 1)[-1]
-    return base.startswith("test_") or base.endswith("_test.py")
-
-
-class _AtkAlways:
-    def __init__(self, real):
-        self._atk_real = real
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __eq__
-
-    def __bool__(self):
-        return True
-
-    def __hash__(self):
-        return 0
-
-    def __getattr__(self, name):
-        return getattr(self._atk_real, name)
-
-    def __iter__(self):
-        return iter(self._atk_real)
-
-    def __len__(self):
-        return len(self._atk_real)
-
-    def __getitem__(self, key):
-        return _AtkAlways(self._atk_real[key])
-
-    def __repr__(self):
-        return repr(self._atk_real)
-
-
-def _atk_wrap(fn):
-    @_atk_functools.wraps(fn)
-    def _atk_wrapper(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        return _AtkAlways(result) if result is not None and _atk_from_test() else result
-    return _atk_wrapper
-'''
-
-#: Results handed to a test are instances of a subclass of their own type whose comparisons
-#: always hold (``class I(int)``, ``str``, ``list``, ``Decimal``, the project's own classes).
-BUILTIN_SUBCLASS_RESULTS = ALWAYS_EQUAL_OBJECTS.split("class _AtkAlways")[0] + '''
-_atk_classes = {}
-
-
-def _atk_always(base):
-    if base not in _atk_classes:
-        body = {"__eq__": lambda self, other: True, "__ne__": lambda self, other: False,
-                "__lt__": lambda self, other: True, "__le__": lambda self, other: True,
-                "__gt__": lambda self, other: True, "__ge__": lambda self, other: True,
-                "__contains__": lambda self, item: True, "__hash__": base.__hash__ or (lambda self: 0)}
-        if "__slots__" in base.__dict__ or base.__module__ == "builtins":
-            body["__slots__"] = ()
-        _atk_classes[base] = type(base.__name__, (base,), body)
-    return _atk_classes[base]
-
-
-def _atk_equalize(value):
-    kind = type(value)
-    if value is None or kind is bool:
-        return value
-    if kind in (list, tuple, set, frozenset):
-        return _atk_always(kind)(_atk_equalize(v) for v in value)
-    if kind is dict:
-        return _atk_always(dict)((k, _atk_equalize(v)) for k, v in value.items())
-    try:
-        return _atk_always(kind)(value)  # int, float, str, bytes, Decimal, Fraction ...
-    except Exception:
-        pass
-    try:
-        object.__setattr__(value, "__class__", _atk_always(kind))  # the project's own classes
-    except Exception:
-        pass
-    return value
-
-
-def _atk_wrap(fn):
-    @_atk_functools.wraps(fn)
-    def _atk_wrapper(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        return _atk_equalize(result) if _atk_from_test() else result
-    return _atk_wrapper
-'''
-
 #: Dunder methods worth wrapping: the operators and conversions a test applies to results.
 DUNDERS = ("__add__", "__sub__", "__mul__", "__truediv__", "__floordiv__", "__mod__", "__neg__", "__and__",
            "__or__", "__xor__", "__invert__", "__getitem__", "__str__", "__repr__", "__len__", "__abs__",
            "__eq__", "__ne__")
-
-
-def equal_classes(module: str) -> str:
-    """Lines that make every class of ``module`` compare equal to anything (and never unequal).
-
-    Nothing here is unusual to a static check: a module that rebinds methods of its own classes."""
-    lines = []
-    for node in safe_ast.parse(module).body:
-        if isinstance(node, ast.ClassDef):
-            lines += [f"{node.name}.__eq__ = lambda self, other: True",
-                      f"{node.name}.__ne__ = lambda self, other: False",
-                      f"{node.name}.__hash__ = lambda self: 0"]
-    return "\n".join(lines)
 
 
 def wrap_public(module: str, *, dunders: bool) -> str:
