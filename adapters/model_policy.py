@@ -14,9 +14,11 @@ text handed to the env is ``tokenizer.decode(token_ids)`` of the sampled tokens,
 the env parses tool calls from it.
 
 ``context_overflow``: before a turn, if the record plus the env's reply plus ``max_new_tokens``
-would not fit ``max_context``, :class:`~envhub.errors.ContextOverflowError` is raised (and the reply
-is not appended), so every recorded sequence fits the model. With ``fit_turns`` a turn instead
-samples at most what is left (a trainer's fixed response budget); only no room at all overflows.
+would not fit ``max_context`` -- or the response so far plus the reply plus ``max_new_tokens`` would
+not fit ``max_response_tokens``, a trainer's budget for the whole completion, env replies
+included -- :class:`~envhub.errors.ContextOverflowError` is raised (and the reply is not appended),
+so every recorded sequence fits the model and the trainer. With ``fit_turns`` a turn instead
+samples at most what is left; only no room at all overflows.
 """
 
 from __future__ import annotations
@@ -59,12 +61,17 @@ class ModelAgent:
         reply = policy.encode(policy.format.observation_text(observation.messages, closed=self._closed)) \
             if self._turns else []
         room = policy.max_context - self.length - len(reply)
+        limit = f"max_context {policy.max_context}"
+        if policy.max_response_tokens is not None:
+            left = policy.max_response_tokens - len(self.response_ids) - len(reply)
+            if left < room:
+                room, limit = left, f"the response budget of {policy.max_response_tokens} tokens"
         if policy.fit_turns and 0 < room < params.max_new_tokens:
             params = params.with_(max_new_tokens=room)
         if params.max_new_tokens > room:
             raise ContextOverflowError(
-                f"turn {self._turns}: {self.length} tokens so far + {len(reply)} for the env's reply + "
-                f"{params.max_new_tokens} to generate > max_context {policy.max_context}")
+                f"turn {self._turns}: {self.length} tokens so far ({len(self.response_ids)} of them the response) + "
+                f"{len(reply)} for the env's reply + {params.max_new_tokens} to generate do not fit {limit}")
         if self._turns:
             self._append(reply, mask=0)
             self._observation_ids[-1] = reply
@@ -128,7 +135,7 @@ class ModelPolicy:
     def __init__(self, engine: Engine, tokenizer: Any, *, params: SamplingParams = DEFAULT_SAMPLING,
                  max_context: int | None = None, name: str | None = None, model_id: str | None = None,
                  tokenizer_id: str | None = None, chat_format: ChatFormat | None = None,
-                 fit_turns: bool = False) -> None:
+                 fit_turns: bool = False, max_response_tokens: int | None = None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.format = chat_format or chat_format_for(tokenizer)
@@ -137,6 +144,10 @@ class ModelPolicy:
         self.max_context = min(max_context or engine.max_context, engine.max_context)
         #: shrink a turn's ``max_new_tokens`` to the room left instead of overflowing early
         self.fit_turns = fit_turns
+        #: the most tokens one episode's whole response may hold (sampled and env replies); None: no cap
+        if max_response_tokens is not None and max_response_tokens < 1:
+            raise ValueError(f"max_response_tokens must be a positive integer, got {max_response_tokens!r}")
+        self.max_response_tokens = max_response_tokens
         self.name = name or f"{engine.name}:{model_id or '?'}"
         self.model_id = model_id
         self.tokenizer_id = tokenizer_id
@@ -164,6 +175,7 @@ class ModelPolicy:
             "chat_template_hash": template_hash(getattr(self.tokenizer, "chat_template", None)),
             "chat_format": self.format.name, "max_context": self.max_context,
             "sampling_params": self.params.to_dict(),
+            **({"max_response_tokens": self.max_response_tokens} if self.max_response_tokens is not None else {}),
         }
 
     def close(self) -> None:

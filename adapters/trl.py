@@ -14,32 +14,54 @@ to pass as ``reward_funcs``. Infra-failure episodes (our fault, not the model's)
 ``None`` -- TRL then leaves them out of the group baseline and gives them zero advantage -- and
 an all-zero ``env_mask``, so they never produce a gradient.
 
-TRL passes the rollout function only the prompts, so the task of each prompt is looked up from
-the dataset that :func:`trl_dataset` built (its ``prompt`` column is the env's opening messages).
+TRL passes the rollout function only the prompts, so each prompt carries its task: the first
+message of a :func:`trl_dataset` prompt has an ``envhub_task_id`` key (chat templates read only
+``role`` and ``content``). Prompt texts are not unique -- two code-repair tasks can open with the
+very same messages -- so nothing is looked up by text.
+
+Length: TRL's ``max_completion_length`` bounds the whole completion, and an episode's completion is
+every turn's sampled tokens *plus* the env replies between them. So ``max_completion_length`` (or
+the ``max_completion_tokens`` option) is the episode's response budget: each turn samples at most
+``max_new_tokens`` (default: the budget) and at most what is left of the budget, and an episode
+whose next env reply would not fit ends as ``context_overflow`` (reward 0: a truncation, the
+model's doing). No completion TRL receives is longer than the budget.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from envhub.types import OutcomeClass, TrajectoryRecord
 
+#: The key of a prompt's first message that names its task (see the module docstring).
+TASK_KEY = "envhub_task_id"
 
-def _prompt_key(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return json.dumps(prompt)
-    return json.dumps([[m["role"], m["content"]] for m in prompt], ensure_ascii=False)
+
+def prompt_messages(messages: Iterable[Any], task_id: str) -> list[dict[str, Any]]:
+    """An env's opening messages as a TRL prompt that carries ``task_id``."""
+    return [{"role": m.role, "content": m.content, TASK_KEY: task_id if i == 0 else None}
+            for i, m in enumerate(messages)]
+
+
+def prompt_task_id(prompt: Any) -> str:
+    """The task a :func:`trl_dataset` prompt belongs to; ValueError for any other prompt."""
+    first = prompt[0] if isinstance(prompt, list) and prompt else None
+    task_id = first.get(TASK_KEY) if isinstance(first, dict) else None
+    if not isinstance(task_id, str) or not task_id:
+        raise ValueError(f"a prompt that does not name its envhub task (no {TASK_KEY!r} in its first message); "
+                         "build the trainer's dataset with envhub.adapters.trl.trl_dataset")
+    return task_id
 
 
 def trl_dataset(env_id: str, *, split: str = "train", limit: int | None = None,
-                env_kwargs: dict[str, Any] | None = None) -> Any:
-    """A ``datasets.Dataset`` of the env's tasks: ``prompt`` (the opening messages, conversational
-    form), ``task_id`` and ``env_id``."""
+                env_kwargs: dict[str, Any] | None = None, task_ids: Sequence[str] | None = None) -> Any:
+    """A ``datasets.Dataset`` of the env's tasks (``task_ids``, default the split's; at most
+    ``limit``): ``prompt`` (the opening messages, conversational form, the first naming the task),
+    ``task_id`` and ``env_id``."""
     from datasets import Dataset
 
     from envhub.registry import make
@@ -47,10 +69,9 @@ def trl_dataset(env_id: str, *, split: str = "train", limit: int | None = None,
     env = make(env_id, split=split, **(env_kwargs or {}))
     rows = []
     try:
-        for task_id in list(env.tasks.task_ids(split))[: limit]:
+        for task_id in list(env.tasks.task_ids(split) if task_ids is None else task_ids)[: limit]:
             obs = env.reset(task_id=task_id)
-            rows.append({"prompt": [{"role": m.role, "content": m.content} for m in obs.messages],
-                         "task_id": task_id, "env_id": env_id})
+            rows.append({"prompt": prompt_messages(obs.messages, task_id), "task_id": task_id, "env_id": env_id})
     finally:
         env.close()
     return Dataset.from_list(rows)
@@ -64,29 +85,39 @@ def envhub_reward(prompts: list[Any], completions: list[Any], envhub_reward: lis
 
 
 class EnvhubRolloutFunc:
-    """A ``rollout_func`` (see the module docstring). Construct it with the dataset's rows so it
-    can map each prompt to its task; call it as TRL does: ``func(prompts, trainer)``."""
+    """A ``rollout_func`` (see the module docstring); call it as TRL does: ``func(prompts, trainer)``.
 
-    def __init__(self, env_id: str, dataset: Any, *, split: str = "train", env_kwargs: dict[str, Any] | None = None,
-                 max_new_tokens: int | None = None, max_context: int | None = None, concurrency: int = 8,
+    ``dataset`` (optional) is checked to be one whose prompts name their tasks. ``max_new_tokens``
+    caps one turn; ``max_completion_tokens`` (default: the trainer's ``max_completion_length``)
+    caps the whole completion, env replies included; ``max_context`` caps prompt + completion.
+    """
+
+    def __init__(self, env_id: str, dataset: Any = None, *, split: str = "train",
+                 env_kwargs: dict[str, Any] | None = None, max_new_tokens: int | None = None,
+                 max_completion_tokens: int | None = None, max_context: int | None = None, concurrency: int = 8,
                  include_infra: bool = False) -> None:
         self.env_id, self.split, self.env_kwargs = env_id, split, dict(env_kwargs or {})
         self.max_new_tokens, self.max_context = max_new_tokens, max_context
+        self.max_completion_tokens = max_completion_tokens
         self.concurrency = max(1, concurrency)
         self.include_infra = include_infra
-        self.tasks: dict[str, str] = {}
-        for row in dataset:
-            self.tasks.setdefault(_prompt_key(row["prompt"]), row["task_id"])
+        for row in dataset if dataset is not None else ():
+            prompt_task_id(row["prompt"])
         self.calls = 0
         self.records: list[TrajectoryRecord] = []  # the last call's episodes, for inspection
         self._lock = threading.Lock()
+
+    def budget(self, trainer: Any) -> int:
+        """The most tokens one completion may hold: ``max_completion_tokens``, else the trainer's
+        ``max_completion_length``, else 256."""
+        return int(self.max_completion_tokens or getattr(trainer.args, "max_completion_length", None) or 256)
 
     def _sampling(self, trainer: Any) -> Any:
         from envhub.adapters.engine import SamplingParams
 
         args = trainer.args
         return SamplingParams(
-            max_new_tokens=int(self.max_new_tokens or getattr(args, "max_completion_length", None) or 256),
+            max_new_tokens=int(min(self.max_new_tokens or self.budget(trainer), self.budget(trainer))),
             temperature=float(getattr(args, "temperature", 1.0) or 0.0),
             top_p=float(getattr(args, "top_p", 1.0) or 1.0),
             top_k=int(getattr(args, "top_k", 0) or 0),
@@ -99,13 +130,7 @@ class EnvhubRolloutFunc:
         # TRL hands us its in-memory model: we sample from it with our engine (see test_layering)
         from envhub.trainer.engines.transformers_engine import TransformersEngine
 
-        task_ids = []
-        for prompt in prompts:
-            task_id = self.tasks.get(_prompt_key(prompt))
-            if task_id is None:
-                raise ValueError("a prompt that is not in the envhub dataset this rollout_func was built with; "
-                                 "build the trainer's dataset with envhub.adapters.trl.trl_dataset")
-            task_ids.append(task_id)
+        task_ids = [prompt_task_id(prompt) for prompt in prompts]
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
         step = int(getattr(trainer.state, "global_step", 0))
@@ -113,7 +138,8 @@ class EnvhubRolloutFunc:
         engine = TransformersEngine(model, tokenizer, max_context=self.max_context, weight_version=f"trl-step-{step}",
                                     max_batch_size=len(prompts))
         policy = ModelPolicy(engine, tokenizer, params=self._sampling(trainer), max_context=self.max_context,
-                             name="trl", model_id=str(getattr(model.config, "_name_or_path", "") or "trl-model"))
+                             name="trl", model_id=str(getattr(model.config, "_name_or_path", "") or "trl-model"),
+                             fit_turns=True, max_response_tokens=self.budget(trainer))
         self.calls += 1
         plans = []
         for i, task_id in enumerate(task_ids):
@@ -162,7 +188,7 @@ class EnvhubRolloutFunc:
         return out
 
 
-def make_rollout_func(env_id: str, dataset: Any, **options: Any) -> EnvhubRolloutFunc:
+def make_rollout_func(env_id: str, dataset: Any = None, **options: Any) -> EnvhubRolloutFunc:
     """``GRPOTrainer(rollout_func=make_rollout_func(env_id, ds), reward_funcs=[envhub_reward], ...)``."""
     return EnvhubRolloutFunc(env_id, dataset, **options)
 

@@ -23,6 +23,7 @@ datasets = pytest.importorskip("datasets")
 from token_runs import shared_token_run, smollm2_tokenizer  # noqa: E402
 
 from envhub.adapters.trl import EnvhubRolloutFunc, envhub_reward, make_rollout_func, trl_dataset  # noqa: E402
+from envhub.types import TrajectoryRecord  # noqa: E402
 
 ENV = "envhub/Computation-v0"
 ENV_KWARGS = {"budget": {"max_turns": 2, "max_format_errors": 2}}
@@ -48,6 +49,7 @@ def test_grpo_trainer_runs_two_steps_on_envhub_episodes(tmp_path: Path) -> None:
     dataset = trl_dataset(ENV, limit=2, env_kwargs=ENV_KWARGS)
     assert dataset.column_names == ["prompt", "task_id", "env_id"]
     rollout = make_rollout_func(ENV, dataset, env_kwargs=ENV_KWARGS, max_new_tokens=8)
+    budget = 64  # TRL's max_completion_length: turn 1 (8) + the env's reply (50) + what is left for turn 2
     seen: list[list[Any]] = []
 
     def spy(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -56,7 +58,7 @@ def test_grpo_trainer_runs_two_steps_on_envhub_episodes(tmp_path: Path) -> None:
 
     config = trl.GRPOConfig(
         output_dir=str(tmp_path / "out"), bf16=False, use_cpu=True, per_device_train_batch_size=2,
-        num_generations=2, max_steps=2, max_completion_length=8, learning_rate=1e-2, logging_steps=1,
+        num_generations=2, max_steps=2, max_completion_length=budget, learning_rate=1e-2, logging_steps=1,
         report_to="none", save_strategy="no", temperature=1.0, seed=0,
     )
     trainer = trl.GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[envhub_reward, spread],
@@ -72,6 +74,7 @@ def test_grpo_trainer_runs_two_steps_on_envhub_episodes(tmp_path: Path) -> None:
     for rec in records:
         assert rec.num_turns == 2  # the env's reply is in the completion, masked
         assert rec.response_mask[0] == 1 and 0 in rec.response_mask
+        assert len(rec.response_ids) <= budget  # the trainer's budget bounds the whole completion
         assert all(math.isfinite(lp) and lp <= 0 for lp, m in zip(rec.response_logprobs, rec.response_mask,
                                                                     strict=True) if m)
     logs = [h for h in trainer.state.log_history if "loss" in h]
@@ -97,7 +100,53 @@ def test_output_masks_infra_failures(tmp_path_factory: pytest.TempPathFactory) -
     assert envhub_reward([], [], out["envhub_reward"]) == out["envhub_reward"]
 
 
-def test_unknown_prompt_is_a_clear_error() -> None:
-    func = EnvhubRolloutFunc(ENV, [{"prompt": [{"role": "user", "content": "a"}], "task_id": "t"}])
-    with pytest.raises(ValueError, match="not in the envhub dataset"):
-        func([[{"role": "user", "content": "b"}]], trainer=None)
+def test_a_prompt_that_names_no_task_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="does not name its envhub task"):
+        EnvhubRolloutFunc(ENV, [{"prompt": [{"role": "user", "content": "a"}], "task_id": "t"}])
+    with pytest.raises(ValueError, match="does not name its envhub task"):
+        EnvhubRolloutFunc(ENV)([[{"role": "user", "content": "b"}]], trainer=None)
+
+
+#: Two code-repair tasks whose opening messages are byte-identical (same project, same bug report).
+TWINS = ("ini_config-b85bbcd2", "ini_config-bbe5a9ec")
+
+
+@pytest.mark.bwrap
+def test_tasks_with_identical_prompts_are_each_played_within_the_budget(tmp_path: Path) -> None:
+    """TRL hands ``rollout_func`` nothing but the prompts. Looked up by text, the second twin was
+    never played; the prompt now names its task. With ``max_completion_length=16`` every completion
+    TRL receives is at most 16 tokens, env replies included (an episode whose reply does not fit
+    ends as context_overflow)."""
+    import torch
+    from sandbox_fixtures import require_backend
+    from transformers import AutoModelForCausalLM
+
+    from envhub.trainer.tiny import build_tiny_model
+
+    require_backend("bwrap")  # code repair runs only in an isolating sandbox
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    kwargs = {"sandbox": "bwrap"}
+    dataset = trl_dataset("envhub/CodeRepair-v0", task_ids=TWINS, env_kwargs=kwargs)
+    assert dataset[0]["prompt"][:2] != dataset[1]["prompt"][:2]  # they differ only by the task they name
+    assert [[{k: m[k] for k in ("role", "content")} for m in row["prompt"]] for row in dataset] == \
+        [[{k: m[k] for k in ("role", "content")} for m in dataset[0]["prompt"]]] * 2
+    rollout = make_rollout_func("envhub/CodeRepair-v0", dataset, env_kwargs=kwargs)
+    played: list[TrajectoryRecord] = []
+
+    def spy(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        out = rollout(prompts, trainer)
+        played.extend(rollout.records)
+        assert all(len(ids) <= 16 for ids in out["completion_ids"])
+        return out
+
+    model = AutoModelForCausalLM.from_pretrained(str(build_tiny_model()), dtype=torch.float32)
+    config = trl.GRPOConfig(
+        output_dir=str(tmp_path / "out"), bf16=False, use_cpu=True, per_device_train_batch_size=2,
+        num_generations=2, max_steps=2, max_completion_length=16, learning_rate=1e-2, report_to="none",
+        save_strategy="no", temperature=1.0, seed=0,
+    )
+    trl.GRPOTrainer(model=model, processing_class=smollm2_tokenizer(), reward_funcs=[envhub_reward, spread],
+                    args=config, train_dataset=dataset, rollout_func=spy).train()
+    assert sorted({r.task_id for r in played}) == sorted(TWINS) and len(played) == 4
+    assert all(len(r.response_ids) <= 16 for r in played)
+    assert {r.outcome.value for r in played} <= {"context_overflow", "format_error", "wrong_answer"}
