@@ -22,22 +22,30 @@ never played and never reported as an env failure. Should a response still come 
 marked ``extra_fields["envhub"]["truncated_response"]``, and scored 0: the verifier judged the
 uncut episode, not the one the trainer sees. Write the YAML and a task dataset with
 ``envhub export RUN --format verl`` or :func:`envhub.adapters.export.verl.agent_loop_yaml`.
+
+:class:`EnvhubRLHFDataset` (``data.custom_cls.path=pkg://envhub.adapters.verl
+data.custom_cls.name=EnvhubRLHFDataset``) is veRL's ``RLHFDataset`` whose ``max_prompt_length``
+filter measures each row's prompt exactly as the loop will render it -- with the env's tools --
+so the rows it keeps are the ones the loop can play.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 import uuid
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from envhub.adapters.export.verl import to_agent_loop_output
+from envhub.adapters.chat_format import chat_format_for
+from envhub.adapters.export.verl import TOOLS_KEY, to_agent_loop_output
 from envhub.adapters.model_policy import ModelAgent, ModelPolicy
 from envhub.errors import EngineError
-from envhub.types import Observation, TrajectoryRecord
+from envhub.types import Message, Observation, ToolSpec, TrajectoryRecord
 
 
 class ServerManagerEngine:
@@ -219,3 +227,32 @@ class EnvhubAgentLoop(AgentLoopBase):
             ),
             extra_fields={"envhub": meta, "turn_scores": [], "tool_rewards": []},
         )
+
+
+def rendered_prompt_length(tokenizer: Any, row: dict[str, Any], prompt_key: str = "prompt") -> int | None:
+    """Tokens of ``row``'s prompt as :class:`EnvhubAgentLoop` renders it (the env's messages with its
+    tools, the model's chat template, the generation prompt); None for a row without envhub's tools."""
+    tools = (row.get("extra_info") or {}).get(TOOLS_KEY)
+    if tools is None:
+        return None
+    messages = [Message(role=m["role"], content=m["content"]) for m in row[prompt_key]]
+    specs = [ToolSpec.model_validate(t) for t in json.loads(tools)]
+    text = chat_format_for(tokenizer).render_prompt(tokenizer, messages, specs)
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
+class EnvhubRLHFDataset(RLHFDataset):
+    """veRL's ``RLHFDataset`` with a ``max_prompt_length`` filter that measures envhub rows as the
+    loop renders them (see the module docstring); other rows are measured as veRL does."""
+
+    def maybe_filter_out_long_prompts(self, dataframe: Any = None) -> Any:
+        # veRL's measure first (it templates without the env's tools, so it never counts an envhub
+        # row too long); then envhub rows again, as the loop renders them
+        kept = super().maybe_filter_out_long_prompts(dataframe)
+        if not self.filter_overlong_prompts:
+            return kept
+        tokenizer, key, limit = self.tokenizer, self.prompt_key, self.max_prompt_length
+        kept = kept.filter(lambda doc: (rendered_prompt_length(tokenizer, doc, key) or 0) <= limit,
+                           desc=f"Filtering prompts longer than {limit} tokens as envhub renders them")
+        print(f"filter dataset len (envhub's rendering): {len(kept)}")
+        return kept

@@ -207,3 +207,57 @@ def test_a_prompt_longer_than_prompt_length_is_refused(run_dir: Path, tmp_path: 
     with pytest.raises(PromptTooLongError, match="prompt_length 16"):
         _run(_make_loop(server, tmp_path / "agent_loop.yaml", prompt_length=16))
     assert server.requests == []  # never played
+
+
+@needs_verl
+def test_verls_length_filter_measures_the_prompt_the_loop_renders(run_dir: Path, tmp_path: Path) -> None:
+    """veRL's ``max_prompt_length`` filter templates the ``prompt`` column; without the env's tools
+    that counts a few hundred tokens too few, so veRL kept rows the loop then refused
+    (PromptTooLongError mid-batch). The export records the tools and the run's prompt length, and
+    ``EnvhubRLHFDataset``, loaded as veRL loads ``data.custom_cls``, filters on the real rendering."""
+    import pyarrow.parquet as pq
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset, get_dataset_class
+
+    from envhub.adapters.export.verl import DATASET_NAME, DATASET_PATH, PROMPT_LENGTH_KEY
+    from envhub.adapters.verl import PromptTooLongError, rendered_prompt_length
+
+    export_run(run_dir, "verl", tmp_path)
+    parquet = tmp_path / "tasks.parquet"
+    rows = pq.read_table(parquet).to_pylist()
+    tok = smollm2_tokenizer()
+    recorded = {r.task_id: len(r.prompt_ids) for r in load_records(run_dir)}
+    lengths = {}
+    for row in rows:
+        extra = row["extra_info"]
+        lengths[extra["task_id"]] = rendered_prompt_length(tok, row)
+        assert extra[PROMPT_LENGTH_KEY] == recorded[extra["task_id"]] == lengths[extra["task_id"]]
+        plain = len(tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True))
+        assert plain < lengths[extra["task_id"]] - 100  # what veRL alone measures: no tools block
+
+    def load(cls: Any, limit: int) -> Any:
+        config = OmegaConf.create({"max_prompt_length": limit, "filter_overlong_prompts": True,
+                                   "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path / "cache")})
+        return cls(data_files=[str(parquet)], tokenizer=tok, config=config)
+
+    ours = get_dataset_class(OmegaConf.create({"custom_cls": {"path": DATASET_PATH, "name": DATASET_NAME}}))
+    assert issubclass(ours, RLHFDataset) and ours is not RLHFDataset
+    shortest, longest = min(lengths.values()), max(lengths.values())
+    assert len(load(RLHFDataset, shortest - 1)) == len(rows)  # veRL's own measure keeps every row...
+    assert len(load(ours, shortest - 1)) == 0  # ...none of which the loop could play
+    kept = load(ours, shortest)
+    assert [r["extra_info"]["task_id"] for r in kept.dataframe] == \
+        [t for t, n in lengths.items() if n == shortest]
+    assert len(load(ours, longest)) == len(rows)
+
+    row = next(r for r in rows if lengths[r["extra_info"]["task_id"]] == shortest)
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+
+    def play(prompt_length: int) -> Any:
+        loop = _make_loop(FakeServerManager([ANSWER]), tmp_path / "agent_loop.yaml", prompt_length=prompt_length)
+        return asyncio.run(loop.run(params, raw_prompt=row["prompt"], extra_info=row["extra_info"],
+                                    agent_name=AGENT_NAME))
+
+    assert isinstance(play(shortest), verl_loop.AgentLoopOutput)  # a row the filter keeps, the loop plays
+    with pytest.raises(PromptTooLongError):
+        play(shortest - 1)

@@ -9,10 +9,19 @@ Each line of ``agent_loop_outputs.jsonl`` validates as one with
 ``AgentLoopOutput.model_validate``. ``tasks.parquet`` is an ``RLHFDataset`` of the run's tasks
 (``prompt``, ``data_source``, ``agent_name``, ``extra_info``, ``reward_model``) for training
 online with :class:`envhub.adapters.verl.EnvhubAgentLoop`, registered by ``agent_loop.yaml``.
+
+The loop renders a task's prompt with the env's tools (the template's tools block), which the
+``prompt`` column alone does not carry: veRL's ``max_prompt_length`` filter, templating the column
+without tools, would count a few hundred tokens too few and keep rows the loop must refuse. So
+``extra_info`` carries the tools (``envhub_tools``, JSON) and the length the run's prompt had
+(``envhub_prompt_length``, tokens of the run's tokenizer), and
+:class:`envhub.adapters.verl.EnvhubRLHFDataset` -- veRL's ``data.custom_cls`` -- filters on the
+prompt exactly as the loop renders it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +41,10 @@ from .common import (
 
 AGENT_NAME = "envhub_agent"
 AGENT_LOOP_TARGET = "envhub.adapters.verl.EnvhubAgentLoop"
+#: veRL's ``data.custom_cls``: the dataset whose length filter sees the prompt the loop renders
+DATASET_PATH, DATASET_NAME = "pkg://envhub.adapters.verl", "EnvhubRLHFDataset"
+#: ``extra_info`` keys: the env's tools (JSON list of envhub ToolSpecs), the run's prompt length
+TOOLS_KEY, PROMPT_LENGTH_KEY = "envhub_tools", "envhub_prompt_length"
 
 
 def verl_num_turns(rec: TrajectoryRecord) -> int:
@@ -85,7 +98,8 @@ def task_rows(records: Sequence[TrajectoryRecord], *, agent_name: str = AGENT_NA
             "agent_name": agent_name,
             "reward_model": {"style": "envhub", "ground_truth": ""},
             "extra_info": {"env_id": rec.env_id, "task_id": rec.task_id, "split": rec.split,
-                           "index": len(rows)},
+                           "index": len(rows), TOOLS_KEY: json.dumps([t.model_dump() for t in rec.tools]),
+                           PROMPT_LENGTH_KEY: len(rec.prompt_ids)},
         })
     return rows
 
@@ -104,8 +118,6 @@ def agent_loop_yaml(*, agent_name: str = AGENT_NAME, target: str = AGENT_LOOP_TA
 
 
 def _yaml_scalar(value: Any) -> str:
-    import json
-
     return json.dumps(value)  # JSON scalars and flow collections are valid YAML
 
 
