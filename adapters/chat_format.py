@@ -129,6 +129,17 @@ class ChatFormat:
         otherwise the end token is inserted here (it is then a template token, mask 0)."""
         raise NotImplementedError
 
+    def observation_messages(self, messages: Sequence[Message]) -> list[dict[str, str]]:
+        """The env's reply as chat messages in roles every template of the family knows, which a
+        template renders to exactly :meth:`observation_text` (for harnesses that template the
+        conversation themselves, e.g. SkyRL's generator)."""
+        raise NotImplementedError
+
+    def system_with_tools(self, system: str, tools: Sequence[ToolSpec]) -> str:
+        """A system message's content with the tool instructions the template writes for
+        ``tools``: templated without a tool list, it renders as the prompt with them would."""
+        raise NotImplementedError
+
     def strip_end(self, text: str) -> str:
         """An action text without the end token the model sampled (for re-rendering as a message)."""
         return text[: -len(self.end_token)] if self.end_token and text.endswith(self.end_token) else text
@@ -152,22 +163,35 @@ class ChatMLFormat(ChatFormat):
         return all(i is not None and i != unk for i in ids)
 
     def observation_text(self, messages: Sequence[Message], *, closed: bool) -> str:
-        parts = [] if closed else [self.end_token]
-        parts.append("\n")
+        turns = "".join(f"{self.start_token}{m['role']}\n{m['content']}{self.end_token}\n"
+                        for m in self.observation_messages(messages))
+        return f"{'' if closed else self.end_token}\n{turns}{self.start_token}assistant\n"
+
+    def observation_messages(self, messages: Sequence[Message]) -> list[dict[str, str]]:
+        """Consecutive tool results become one user turn of ``<tool_response>`` blocks, as the
+        template writes them; every other message keeps its role."""
+        out: list[dict[str, str]] = []
         i = 0
         while i < len(messages):
-            m = messages[i]
-            if m.role == "tool":
-                blocks = []
-                while i < len(messages) and messages[i].role == "tool":
-                    blocks.append(f"\n<tool_response>\n{messages[i].content}\n</tool_response>")
-                    i += 1
-                parts.append(f"{self.start_token}user{''.join(blocks)}{self.end_token}\n")
+            if messages[i].role != "tool":
+                out.append({"role": messages[i].role, "content": messages[i].content})
+                i += 1
                 continue
-            parts.append(f"{self.start_token}{m.role}\n{m.content}{self.end_token}\n")
-            i += 1
-        parts.append(f"{self.start_token}assistant\n")
-        return "".join(parts)
+            blocks = []
+            while i < len(messages) and messages[i].role == "tool":
+                blocks.append(f"<tool_response>\n{messages[i].content}\n</tool_response>")
+                i += 1
+            out.append({"role": "user", "content": "\n".join(blocks)})
+        return out
+
+    def system_with_tools(self, system: str, tools: Sequence[ToolSpec]) -> str:
+        if not tools:
+            return system
+        return (f"{system}\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+                f"{self.tools_text(tools)}\n</tools>\n\nFor each function call, return a json object with "
+                "function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
     @staticmethod
     def tools_text(tools: Sequence[ToolSpec]) -> str:

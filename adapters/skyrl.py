@@ -7,20 +7,26 @@ the opening conversation, then ``step(action_text)`` with each model turn, expec
 (its generator is token in, token out); envhub owns the env, the tools and the verifier.
 
 The task comes from the row's ``extra_info`` (``env_id``, ``task_id``), as written by
-``envhub export RUN --format skyrl`` (``dataset.parquet``). SkyRL templates conversations
-without a tool list, so the tools are described in the system message. Tool results come back as
-``user`` messages by default (``observation_role``), the role every chat template accepts.
-The final step carries the verifier's reward; infra failures are flagged in ``metadata`` and in
-:meth:`get_metrics` so a run can filter them out.
+``envhub export RUN --format skyrl`` (``dataset.parquet``). SkyRL's generator templates the
+conversation with the model's chat template and no tool list, so the env speaks in the rendering
+envhub's model policy uses (:mod:`envhub.adapters.chat_format`): the system message carries the
+template's own tool instructions (:meth:`~envhub.adapters.chat_format.ChatFormat.system_with_tools`),
+and tool results come back as the user turn of ``<tool_response>`` blocks the template writes for
+them (:meth:`~envhub.adapters.chat_format.ChatFormat.observation_messages`). Templated, the
+conversation is then the text a model trained through envhub's other integrations sees.
+``env_config.observation_role`` (``user`` or ``tool``) hands tool results over bare in that role
+instead, for a template that renders tool messages itself. The final step carries the verifier's
+reward; infra failures are flagged in ``metadata`` and in :meth:`get_metrics` so a run can filter
+them out.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
+from envhub.adapters.chat_format import FORMATS, ChatFormat
 from envhub.types import Observation, OutcomeClass
 
 ENV_CLASS = "envhub"
@@ -47,9 +53,18 @@ def _cfg(env_config: Any) -> dict[str, Any]:
         return dict(env_config)
 
 
+def _chat_format(name: str) -> ChatFormat:
+    for fmt in FORMATS:
+        if fmt.name == name:
+            return fmt()
+    raise ValueError(f"unknown chat_format {name!r}; known: {', '.join(f.name for f in FORMATS)}")
+
+
 class EnvhubTextEnv(BaseTextEnv):
     """See the module docstring. ``env_config`` keys: ``env_id`` (default when rows carry none),
-    ``env_kwargs``, ``split``, ``observation_role`` (``user`` or ``tool``), ``tools_in_system``."""
+    ``env_kwargs``, ``split``, ``chat_format`` (the model's family, default ``chatml``),
+    ``observation_role`` (unset: the chat format's rendering; ``user`` / ``tool``: bare results in
+    that role), ``tools_in_system``."""
 
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
         super().__init__()
@@ -64,7 +79,11 @@ class EnvhubTextEnv(BaseTextEnv):
             raise ValueError("envhub SkyRL env: the row needs extra_info.env_id and extra_info.task_id "
                              "(write the dataset with `envhub export RUN --format skyrl`)")
         self.env_id, self.task_id = str(env_id), str(task_id)
-        self.observation_role = str(cfg.get("observation_role", "user"))
+        role = cfg.get("observation_role")
+        if role not in (None, "user", "tool"):
+            raise ValueError(f"observation_role must be unset, 'user' or 'tool', not {role!r}")
+        self.observation_role: str | None = role
+        self.format = _chat_format(str(cfg.get("chat_format", "chatml")))
         self.tools_in_system = bool(cfg.get("tools_in_system", True))
         self.env = make(self.env_id, split=str(info.get("split") or cfg.get("split", "train")),
                         **dict(cfg.get("env_kwargs") or {}))
@@ -77,12 +96,11 @@ class EnvhubTextEnv(BaseTextEnv):
         self.turns = 0
         messages = [{"role": m.role, "content": m.content} for m in obs.messages]
         if self.tools_in_system and obs.tools:
-            listing = "\n".join(json.dumps(t.to_openai(), ensure_ascii=False) for t in obs.tools)
-            block = f"\n\n# Tools\n<tools>\n{listing}\n</tools>"
             if messages and messages[0]["role"] == "system":
-                messages[0] = {"role": "system", "content": messages[0]["content"] + block}
+                messages[0] = {"role": "system", "content": self.format.system_with_tools(messages[0]["content"],
+                                                                                         obs.tools)}
             else:
-                messages.insert(0, {"role": "system", "content": block.strip()})
+                messages.insert(0, {"role": "system", "content": self.format.system_with_tools("", obs.tools).strip()})
         return messages, {"env_id": self.env_id, "task_id": self.task_id,
                           "tools": [t.to_openai() for t in obs.tools]}
 
@@ -90,10 +108,11 @@ class EnvhubTextEnv(BaseTextEnv):
         self.turns += 1
         obs = self.env.step(action)
         self.last = obs
-        observations = [
-            {"role": self.observation_role if m.role == "tool" else m.role, "content": m.content}
-            for m in obs.messages
-        ]
+        if self.observation_role is None:
+            observations = self.format.observation_messages(obs.messages)
+        else:
+            observations = [{"role": self.observation_role if m.role == "tool" else m.role, "content": m.content}
+                            for m in obs.messages]
         metadata: dict[str, Any] = {"env_id": self.env_id, "task_id": self.task_id, "turn": self.turns}
         if obs.done:
             outcome = obs.outcome

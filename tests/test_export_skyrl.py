@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from token_runs import shared_token_run
+from token_runs import shared_token_run, smollm2_tokenizer
 
 from envhub.adapters.export import export_run, load_records
 
@@ -75,6 +75,7 @@ def test_dataset_rows_make_real_skyrl_envs(exported: tuple[Path, Path]) -> None:
     first = env.step('<tool_call>{"name": "lookup", "arguments": {}}</tool_call>')
     assert first["done"] is False and first["reward"] == 0.0
     assert first["observations"] and first["observations"][0]["role"] == "user"
+    assert first["observations"][0]["content"].startswith("<tool_response>\n")  # an unknown tool's error
 
     ref = make(row["extra_info"]["env_id"])
     gold = ref.gold_actions(ref.tasks.get(row["extra_info"]["task_id"]))[-1].text
@@ -92,3 +93,44 @@ def test_missing_task_is_a_clear_error() -> None:
 
     with pytest.raises(ValueError, match=r"extra_info\.env_id"):
         EnvhubTextEnv({}, {"extra_info": {}})
+
+
+@needs_skyrl_gym
+def test_the_skyrl_conversation_renders_as_envhubs_model_policy_records_it() -> None:
+    """SkyRL's generator templates the env's messages with the model's chat template (and no tool
+    list). Templated, the conversation must be the very text envhub's model policy records for
+    the same episode -- tools block, ``<tool_response>`` turns and all -- not bare user text."""
+    from envhub.adapters.chat_format import ChatMLFormat
+    from envhub.adapters.engine import SamplingParams
+    from envhub.adapters.model_policy import ModelPolicy
+    from envhub.adapters.skyrl import register_skyrl_env
+    from envhub.registry import make
+    from envhub.rollout import EpisodePlan, run_episode
+    from envhub.trainer.engines.scripted import ScriptedEngine
+
+    env_id, kwargs = "envhub/Computation-v0", {"sandbox": "process"}  # the python tool must really run
+    ref = make(env_id, **kwargs)
+    task_id = ref.tasks.task_ids("train")[4]
+    gold = ref.gold_actions(ref.tasks.get(task_id))
+    actions = [gold[0].text, "I will answer now.\n" + gold[-1].text]
+    tok = smollm2_tokenizer()
+    policy = ModelPolicy(ScriptedEngine(tok, actions), tok, params=SamplingParams(max_new_tokens=256))
+    with pytest.warns(RuntimeWarning, match="process"):
+        record = run_episode(ref, policy, EpisodePlan("e", "g", task_id, 0, 1), {"policy": "scripted"})
+    ref.close()
+    assert record.outcome.value == "success" and record.messages[3].role == "tool"
+    recorded = tok.decode(record.prompt_ids + record.response_ids)
+
+    register_skyrl_env()
+    env = skyrl_gym.make("envhub", env_config={"env_kwargs": kwargs},
+                         extras={"extra_info": {"env_id": env_id, "task_id": task_id}})
+    conversation, _ = env.init()
+    for action in actions:
+        out = env.step(action)
+        conversation += [{"role": "assistant", "content": action}, *out["observations"]]
+    env.close()
+    assert out["done"] and out["reward"] == 1.0
+    assert conversation[3]["role"] == "user" and conversation[3]["content"].startswith("<tool_response>\n")
+    rendered = tok.apply_chat_template(conversation, tokenize=False)  # no tools: SkyRL passes none
+    assert rendered == recorded + "\n"  # the template closes the last turn with a newline
+    assert tok.chat_template == ChatMLFormat.template  # the tiny model's template is envhub's
