@@ -69,11 +69,14 @@ FORMATS: dict[str, Format] = {
 
 
 def export_run(run_dir: str | Path, format: str, out: str | Path | None = None, *,
-               include_infra: bool = False) -> ExportResult:
+               include_infra: bool = False, group_size: int | None = None) -> ExportResult:
     """Export the run in ``run_dir`` as ``format`` into the folder ``out``.
 
     ``out`` defaults to ``run_dir/export-<format>``. Token formats skip episodes recorded
-    without tokens (scripted policies) and say how many; ``parquet`` keeps every episode.
+    without tokens (scripted policies) and say how many. ``group_size`` (default: the run's, from
+    its ``report.json`` or ``run.json``, else the largest group seen) decides which groups are
+    whole; a run interrupted before its first report needs it to tell a group of one from an
+    unfinished one.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
@@ -81,7 +84,7 @@ def export_run(run_dir: str | Path, format: str, out: str | Path | None = None, 
     records = load_records(run_dir)
     base = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
     selection = select(records, include_infra=include_infra, require_tokens=fmt.needs_tokens,
-                       infra_in_place=fmt.infra_in_place, group_size=_run_group_size(base))
+                       infra_in_place=fmt.infra_in_place, group_size=group_size or _run_group_size(base))
     target = Path(out) if out is not None else base / f"export-{format}"
     target.mkdir(parents=True, exist_ok=True)
     files = fmt.writer(selection.records, target)
@@ -96,12 +99,15 @@ def export_run(run_dir: str | Path, format: str, out: str | Path | None = None, 
 
 
 def _run_group_size(run_dir: Path) -> int | None:
-    """The group size ``envhub rollout`` wrote in ``report.json`` (None without one)."""
-    try:
-        size = json.loads((run_dir / "report.json").read_text(encoding="utf-8")).get("group_size")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+    """The group size ``envhub rollout`` wrote in ``report.json`` or ``run.json`` (None without)."""
+    for name in ("report.json", "run.json"):
+        try:
+            size = json.loads((run_dir / name).read_text(encoding="utf-8")).get("group_size")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            return size
+    return None
 
 
 def read_export(out: str | Path, format: str) -> list[dict[str, Any]]:

@@ -16,6 +16,9 @@ def export_command(
         "--include-infra/--exclude-infra",
         help="keep episodes whose outcome is an infra failure (env/verifier/engine error), with a zero "
              "loss mask; slime and miles always keep them in their groups, as remove_sample")] = False,
+    group_size: Annotated[int | None, typer.Option(
+        "--group-size", min=1, help="samples per group (default: the run's report.json, else the largest "
+                                    "group seen); groups with fewer are unfinished and left out")] = None,
 ) -> None:
     """Export a run's trajectories for an external trainer (veRL, slime, Miles, TRL, SkyRL, Parquet)."""
     from envhub.adapters.export import FORMATS, export_run
@@ -24,7 +27,7 @@ def export_command(
         typer.echo(f"error: unknown format {format!r}; choose one of {', '.join(FORMATS)}", err=True)
         raise typer.Exit(2)
     try:
-        result = export_run(run_dir, format, out, include_infra=include_infra)
+        result = export_run(run_dir, format, out, include_infra=include_infra, group_size=group_size)
     except (FileNotFoundError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
