@@ -80,8 +80,8 @@ def test_a_1500_deep_directory_chain_is_listed_up_to_a_bound_and_graded(env, ins
     assert sorted(inst.buggy_files)[0] in listing
     assert "directories deeper than 128 levels were not entered" in listing
     assert "x.py" not in listing
-    obs = submit(env)
-    assert obs.outcome is Outcome.WRONG_ANSWER, obs.verdict.detail
+    obs = submit(env)  # what lies past the bound cannot be graded: the agent's doing, a policy outcome
+    assert obs.outcome is Outcome.FORMAT_ERROR and "too large to grade" in obs.verdict.detail, obs.verdict.detail
     env.reset(task_id=inst.instance_id)  # the next episode's repository is clean again
     assert "/d/d" not in tool(env, "list_files")
     env.abort(Outcome.FORMAT_ERROR, "test done")

@@ -30,6 +30,7 @@ import integrity  # noqa: E402
 APP = os.environ.get("ENVHUB_APP_DIR", "/app")
 LOGS = os.environ.get("ENVHUB_LOG_DIR", "/logs/verifier")
 MAX_FILE_BYTES = 512 * 1024
+MAX_ENTRIES, MAX_DEPTH = 100_000, 128
 
 
 def stop_user(uid):
@@ -51,14 +52,19 @@ def stop_user(uid):
 
 
 def read_tree(root):
-    """The repository as text, walked without following links, as root (nothing can hide a file)."""
-    files, stack = {}, [root]
+    """The repository as text, walked without following links, as root (nothing can hide a file),
+    within bounds: a tree past them cannot be graded whole, which is the agent's doing."""
+    files, stack, seen = {}, [root], 0
     while stack:
         directory = stack.pop()
+        seen += 1
+        if seen > MAX_ENTRIES or directory.count(os.sep) - root.count(os.sep) > MAX_DEPTH:
+            finish(0, f"the repository is too large to grade (over {MAX_ENTRIES} entries or {MAX_DEPTH} levels)")
         try:
             entries = list(os.scandir(directory))
         except OSError:
             continue
+        seen += len(entries)
         for entry in entries:
             rel = os.path.relpath(entry.path, root).replace(os.sep, "/")
             if integrity.is_ignored(rel) or entry.is_symlink():

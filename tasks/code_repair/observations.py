@@ -51,7 +51,8 @@ def project_suite(project: str) -> ProbeSuite:
         raise StaleObservations(f"no observations recorded for project {project!r}; run "
                                 "`python -m envhub.tasks.code_repair.observations`")
     layout = {t: ProbeTest(**spec) for t, spec in stored["tests"].items()}
-    suite = ProbeSuite.compile(project_tests(project), layout, stored["expected"], stored.get("unsegmented"))
+    suite = ProbeSuite.compile(project_tests(project), layout, stored["expected"], stored.get("unsegmented"),
+                               stored.get("batches"))
     if suite.fingerprint() != stored["fingerprint"]:
         raise StaleObservations(f"the observations of {project!r} were recorded for other probes; rerun "
                                 "`python -m envhub.tasks.code_repair.observations`")
@@ -62,7 +63,7 @@ def record(projects: Sequence[str], jobs: int = 2) -> dict[str, dict]:
     """Record every project's suite from its gold sources (build time; runs the gold on the host)."""
     def one(name: str) -> tuple[str, dict]:
         suite = record_project(PROJECTS_DIR / name, project_sources(name), project_tests(name))
-        return name, {"fingerprint": suite.fingerprint(), "unsegmented": suite.unsegmented,
+        return name, {"fingerprint": suite.fingerprint(), "unsegmented": suite.unsegmented, "batches": suite.batches,
                       "tests": {t: dataclasses.asdict(spec) for t, spec in sorted(suite.tests.items())},
                       "expected": suite.expected}
 

@@ -34,15 +34,13 @@ GRADE_TIMEOUT_S = 120.0
 SOURCE_ROOT = "src"
 
 
-def snapshot(sandbox: Sandbox) -> dict[str, str]:
-    """Every file of the agent's repository as text (caches skipped; binary files shown as such)."""
-    read_tree = getattr(sandbox, "read_tree", None)
-    if read_tree is not None:  # one round trip for the whole repository
-        raw = read_tree(".")
-    else:
-        raw = {rel: sandbox.read_file(rel) for rel in sandbox.list_files(".")}
-    return {rel: data[:MAX_FILE_BYTES].decode("utf-8", "replace") if b"\0" not in data else "<binary>"
-            for rel, data in sorted(raw.items()) if not is_ignored(rel)}
+def snapshot(sandbox: Sandbox) -> tuple[dict[str, str], list[str]]:
+    """Every file of the agent's repository as text (caches skipped; binary files shown as such),
+    and the bounds of the walk the agent's tree hit (then files are missing from it)."""
+    tree = sandbox.read_tree(".")
+    files = {rel: data[:MAX_FILE_BYTES].decode("utf-8", "replace") if b"\0" not in data else "<binary>"
+             for rel, data in sorted(tree.items()) if not is_ignored(rel)}
+    return files, list(getattr(tree, "cut", []))
 
 
 class SnapshotGate:
@@ -53,7 +51,9 @@ class SnapshotGate:
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Episode | None) -> str:
         assert episode is not None
-        episode.scratch["final"] = snapshot(self.env.sandbox())
+        episode.scratch["final"], cut = snapshot(self.env.sandbox())
+        if cut:  # the agent grew its tree past what is read: what it submitted cannot be known whole
+            raise GateFailure(Outcome.FORMAT_ERROR, "the repository is too large to grade: " + "; ".join(cut[:3]))
         return f"read {len(episode.scratch['final'])} files"
 
 

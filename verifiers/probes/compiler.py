@@ -67,6 +67,12 @@ class Probe:
     segments: dict[str, int] = field(default_factory=dict)
     #: "function: name" where an expected value is also an input outside any assertion (reported)
     residual: list[str] = field(default_factory=list)
+    #: the compiled module body every probe module is cut from
+    body: list[ast.stmt] = field(default_factory=list, repr=False, compare=False)
+
+    def module_for(self, functions: list[str]) -> str:
+        """One module holding ``functions`` and exactly what they need (for a batch of them)."""
+        return _module_source(self.body, functions)
 
     def module_path(self, function: str) -> str:
         """Where the module of ``function`` goes, relative to the probe directory."""
@@ -101,20 +107,25 @@ def compile_tests(path: str, source: str, unsegmented: frozenset[str] = frozense
             body.append(node)
         else:
             body.append(node)
-    header = ast.parse(f"from envhub_probe import {', '.join(RUNTIME_NAMES)}").body
+    tests = [n.name for n in body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    modules = {name: _module_source(body, [name]) for name in tests}
+    for name, text in modules.items():
+        if any(isinstance(n, ast.Name) and n.id == "pytest" for n in ast.walk(safe_ast.parse(text))):
+            raise ProbeCompileError(f"{path}: {name} still uses pytest after compiling")
+    return Probe(path=path, modules=modules, sites=module.sites, tables=module.tables, segments=module.segmented,
+                 residual=module.residual, body=body)
+
+
+def _module_source(body: list[ast.stmt], functions: list[str]) -> str:
+    """The module of ``functions``: the runtime import, then what they need of ``body``."""
     fixtures = {n.name: n for n in body if isinstance(n, ast.FunctionDef) and not n.name.startswith("test_")
                 and n.decorator_list}
-    modules: dict[str, str] = {}
-    for node in body:
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-            roots = [node, *(fixtures[a.arg] for a in node.args.args if a.arg in fixtures)]
-            tree.body = header + _prune_module(body, roots)
-            ast.fix_missing_locations(tree)
-            modules[node.name] = ast.unparse(tree) + "\n"
-            if any(isinstance(n, ast.Name) and n.id == "pytest" for n in ast.walk(tree)):
-                raise ProbeCompileError(f"{path}: {node.name} still uses pytest after compiling")
-    return Probe(path=path, modules=modules, sites=module.sites, tables=module.tables, segments=module.segmented,
-                 residual=module.residual)
+    wanted = [n for n in body if isinstance(n, ast.FunctionDef) and n.name in functions]
+    roots = [*wanted, *(fixtures[a.arg] for n in wanted for a in n.args.args if a.arg in fixtures)]
+    header = safe_ast.parse(f"from envhub_probe import {', '.join(RUNTIME_NAMES)}").body
+    tree = ast.Module(body=header + _prune_module(body, roots), type_ignores=[])
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree) + "\n"
 
 
 # ---- the module: names, plain data, sites ---------------------------------------------------------

@@ -69,21 +69,43 @@ class ProbeSuite:
 
     #: test module -> test functions kept whole (see :func:`compile_tests`)
     unsegmented: dict[str, list[str]] = field(default_factory=dict)
+    #: test module -> probe functions that share a child (:mod:`.batching`); absent: one child each
+    batches: dict[str, list[list[str]]] = field(default_factory=dict)
+    _batch_sources: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict, repr=False, compare=False)
+
+    def batch_of(self, path: str, function: str) -> tuple[str, ...]:
+        """The probe functions that run in one child with ``function``."""
+        for batch in self.batches.get(path, ()):
+            if function in batch:
+                return tuple(batch)
+        return (function,)
+
+    def batch_module(self, path: str, batch: tuple[str, ...]) -> tuple[str, str]:
+        """Where the module of a batch goes (relative to the probe dir) and its source."""
+        probe = self.probes[path]
+        if len(batch) == 1:
+            return probe.module_path(batch[0]), probe.modules[batch[0]]
+        key = (path, batch)
+        if key not in self._batch_sources:  # unparsing takes a few ms: once per suite, not per grading
+            self._batch_sources[key] = probe.module_for(list(batch))
+        return probe.module_path(f"{batch[0]}__batch"), self._batch_sources[key]
 
     @classmethod
     def compile(cls, tests: dict[str, str], layout: dict[str, ProbeTest],
                 expected: dict[str, list[dict[str, Any]]] | None = None,
-                unsegmented: dict[str, list[str]] | None = None) -> ProbeSuite:
+                unsegmented: dict[str, list[str]] | None = None,
+                batches: dict[str, list[list[str]]] | None = None) -> ProbeSuite:
         whole = unsegmented or {}
         probes = {path: compile_tests(path, text, frozenset(whole.get(path, ()))) for path, text in sorted(tests.items())}
-        return cls(probes, layout, expected or {}, {p: sorted(f) for p, f in whole.items() if f})
+        return cls(probes, layout, expected or {}, {p: sorted(f) for p, f in whole.items() if f}, batches or {})
 
     def fingerprint(self) -> str:
-        """What the expected observations were recorded against: probes, runtime and runner."""
+        """What the expected observations were recorded against: probes, batches, runtime and runner."""
         h = hashlib.sha256()
         for path, probe in sorted(self.probes.items()):
             for function, source in sorted(probe.modules.items()):
                 h.update(f"{path}::{function}".encode() + b"\0" + source.encode() + b"\0")
+        h.update(json.dumps(self.batches, sort_keys=True).encode() + b"\0")
         h.update(runtime_source().encode() + b"\0" + runner_source().encode())
         return h.hexdigest()
 
@@ -114,10 +136,11 @@ def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float, paths: tuple[
          max_bytes: int = 4 * 1024 * 1024) -> tuple[dict[str, Any], dict[int, tuple[str, int]]]:
     """The runner's plan for ``tests`` and the map from its opaque indices to (test id, segment).
 
-    One batch per probe function (a test's parametrized cases run in one child, in order). No
-    test id goes into the plan: ids embed parametrize values, expected ones included.
+    One batch per child: a probe function's parametrized cases, or the functions the suite groups
+    (``ProbeSuite.batches``), in order. No test id goes into the plan: ids embed parametrize
+    values, expected ones included.
     """
-    batches: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    batches: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
     index_of: dict[int, tuple[str, int]] = {}
     for test_id in sorted(tests):
         probe_test = suite.tests[test_id]
@@ -126,22 +149,27 @@ def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float, paths: tuple[
             index = len(index_of)
             index_of[index] = (test_id, segment)
             bound = {name for table in probe.tables.get(function, []) for name in table}
-            batches.setdefault((probe.module_path(function), function), []).append(
+            batches.setdefault((probe_test.module, suite.batch_of(probe_test.module, function)), []).append(
                 {"index": index, "function": function,
                  "indices": {k: v for k, v in probe_test.indices.items() if k in bound}})
     return {
         "probe_dir": PROBE_DIR, "paths": list(paths), "preload": list(DEFAULT_PRELOAD),
         "timeout_s": timeout_s, "max_bytes": max_bytes,
-        "batches": [{"module": f"{PROBE_DIR}/{module}", "tests": entries}
-                    for (module, _), entries in sorted(batches.items())],
+        "batches": [{"module": f"{PROBE_DIR}/{suite.batch_module(path, batch)[0]}",
+                     "tests": sorted(entries, key=lambda e: (batch.index(e["function"]), e["index"]))}
+                    for (path, batch), entries in sorted(batches.items())],
     }, index_of
 
 
 def probe_files(suite: ProbeSuite, run_plan: dict[str, Any]) -> dict[str, str]:
     """Everything the grading sandbox gets besides the submission."""
     wanted = {b["module"] for b in run_plan["batches"]}
-    files = {f"{PROBE_DIR}/{probe.module_path(function)}": source for probe in suite.probes.values()
-             for function, source in probe.modules.items() if f"{PROBE_DIR}/{probe.module_path(function)}" in wanted}
+    files = {}
+    for path, probe in suite.probes.items():
+        for batch in dict.fromkeys(suite.batch_of(path, f) for f in probe.modules):
+            where, source = suite.batch_module(path, batch)
+            if f"{PROBE_DIR}/{where}" in wanted:
+                files[f"{PROBE_DIR}/{where}"] = source
     files[f"{PROBE_DIR}/{RUNTIME_MODULE}.py"] = runtime_source()
     files[f"{PROBE_DIR}/{RUNNER_FILE}"] = runner_source()
     files[f"{PROBE_DIR}/plan.json"] = json.dumps(run_plan)

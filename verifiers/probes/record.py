@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .batching import expected_values, group
 from .compare import read_report
 from .compiler import Probe
 from .grader import (
@@ -119,7 +120,9 @@ def record_project(project_root: Path, sources: dict[str, str], tests: dict[str,
     """Compile, lay out and record one project's suite from its gold sources.
 
     A test whose segments do not all run cleanly on the gold (a stateful test whose own model needs
-    every call) is compiled again whole, once."""
+    every call) is compiled again whole, once. Then probe functions are batched (:mod:`.batching`)
+    and the gold is run again in those batches: it must observe exactly what it observed with one
+    child per function (a function whose observations depend on what ran before it runs alone)."""
     unsegmented: dict[str, list[str]] = {}
     for _ in range(2):
         suite = ProbeSuite.compile(tests, {}, unsegmented=unsegmented)
@@ -136,9 +139,38 @@ def record_project(project_root: Path, sources: dict[str, str], tests: dict[str,
     bad = [f"{t}: {seg['status']} {str(seg['detail'])[:300]}" for t in ids for seg in first[t] if seg["status"] != "ok"]
     if bad:
         raise RecordError(f"{project_root.name}: gold probes did not all pass:\n" + "\n".join(bad[:10]))
-    second = run_on_host(suite, sources, ids)
-    unstable = [t for t in ids if [s["observations"] for s in first[t]] != [s["observations"] for s in second[t]]]
-    if unstable:
-        raise RecordError(f"{project_root.name}: observations differ between two gold runs: {unstable[:5]}")
+    suite.batches = _batches(suite, first)
+    for _ in range(3):
+        again = run_on_host(suite, sources, ids)
+        moved = [t for t in ids if [s["observations"] for s in first[t]] != [s["observations"] for s in again[t]]]
+        if not moved:
+            break
+        alone = {(suite.tests[t].module, f) for t in moved for f in suite.probes[suite.tests[t].module].functions(
+            suite.tests[t].function)}
+        suite.batches = {path: [b for batch in batches for b in _split(batch, {f for p, f in alone if p == path})]
+                         for path, batches in suite.batches.items()}
+    else:
+        raise RecordError(f"{project_root.name}: observations differ between two gold runs: {moved[:5]}")
     suite.expected = {t: [{"status": "ok", "observations": s["observations"]} for s in first[t]] for t in ids}
     return suite
+
+
+def _batches(suite: ProbeSuite, observed: dict[str, list[dict[str, Any]]]) -> dict[str, list[list[str]]]:
+    values: dict[str, set[str]] = {}
+    test_of: dict[str, str] = {}
+    for test_id, segments in observed.items():
+        probe_test = suite.tests[test_id]
+        for function, segment in zip(suite.probes[probe_test.module].functions(probe_test.function), segments,
+                                     strict=True):
+            values.setdefault(function, set()).update(expected_values(segment["observations"]))
+            test_of[function] = probe_test.function
+    out = {}
+    for path, probe in suite.probes.items():
+        functions = [f for f in probe.modules if f in values]
+        out[path] = [b for b in group(functions, probe.modules, values, test_of) if len(b) > 1]
+    return {p: b for p, b in out.items() if b}
+
+
+def _split(batch: list[str], alone: set[str]) -> list[list[str]]:
+    rest = [f for f in batch if f not in alone]
+    return [rest] if len(rest) > 1 else []
