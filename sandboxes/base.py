@@ -166,7 +166,18 @@ class Sandbox(Protocol):
         stdin: str | bytes | None = None,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
-    ) -> ExecResult: ...
+        contain: bool = False,
+    ) -> ExecResult:
+        """Run a command; what it does (exit code, signal, timeout, OOM) is in the result, never an
+        exception. On a timeout -- or always, with ``contain`` -- everything it started is killed,
+        ``setsid`` and double forks included."""
+        ...
+
+    def exec_python(self, source: str, *, timeout: float | None = None, env: dict[str, str] | None = None,
+                    cwd: str | None = None, contain: bool = False) -> ExecResult:
+        """Like ``exec(["python3", "-I", "-c", source])``, in a child forked from the sandbox's resident
+        executor (its preloaded modules already imported)."""
+        ...
 
     def write_files(self, files: dict[str, str | bytes]) -> None: ...
 
@@ -174,7 +185,10 @@ class Sandbox(Protocol):
 
     def list_files(self, path: str = ".") -> list[str]: ...
 
-    def read_tree(self, src: str = ".", max_bytes: int = ...) -> dict[str, bytes]: ...
+    def read_tree(self, src: str = ".", max_bytes: int = ...) -> dict[str, bytes]:
+        """Every regular file under ``src`` with its content, in one walk; a :class:`Tree` whose
+        ``left_out`` and ``cut`` say what the (bounded) walk did not read."""
+        ...
 
     def copy_in(self, host_dir: str, dest: str = ".") -> None: ...
 

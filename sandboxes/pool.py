@@ -55,12 +55,12 @@ class PooledSandbox:
         return self._sandbox
 
     def exec(self, cmd: str | list[str], *, timeout: float | None = None, stdin: str | bytes | None = None,
-             env: dict[str, str] | None = None, cwd: str | None = None) -> ExecResult:
-        return self.sandbox.exec(cmd, timeout=timeout, stdin=stdin, env=env, cwd=cwd)
+             env: dict[str, str] | None = None, cwd: str | None = None, contain: bool = False) -> ExecResult:
+        return self.sandbox.exec(cmd, timeout=timeout, stdin=stdin, env=env, cwd=cwd, contain=contain)
 
     def exec_python(self, source: str, *, timeout: float | None = None, env: dict[str, str] | None = None,
-                    cwd: str | None = None) -> ExecResult:
-        return self.sandbox.exec_python(source, timeout=timeout, env=env, cwd=cwd)
+                    cwd: str | None = None, contain: bool = False) -> ExecResult:
+        return self.sandbox.exec_python(source, timeout=timeout, env=env, cwd=cwd, contain=contain)
 
     def read_tree(self, src: str = ".", max_bytes: int = 64 * 1024 * 1024) -> dict[str, bytes]:
         return self.sandbox.read_tree(src, max_bytes)

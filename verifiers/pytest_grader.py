@@ -74,11 +74,8 @@ def run_hidden_tests(
     sandbox.write_files({**files, **tests, f"{GRADE_DIR}/{PLUGIN_MODULE}.py": PLUGIN_SOURCE})
     bootstrap = grading_bootstrap(test_paths, source_roots)
     env = {"ENVHUB_REPORT": report, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    fork = getattr(sandbox, "exec_python", None)
-    if fork is not None:  # a child of the resident executor, pytest already imported (same isolation)
-        result = fork(bootstrap, timeout=timeout, env=env)
-    else:
-        result = sandbox.exec(["python3", "-I", "-c", bootstrap], timeout=timeout, env=env)
+    # a child of the resident executor: pytest already imported when the sandbox preloads it
+    result = sandbox.exec_python(bootstrap, timeout=timeout, env=env)
     out = TestResults(timed_out=result.timed_out, output_tail=(result.stdout + result.stderr)[-2000:])
     try:
         data = json.loads(sandbox.read_file(report))

@@ -211,7 +211,7 @@ def run_probes(sandbox: Sandbox, suite: ProbeSuite, *, files: dict[str, str], te
     run_plan, index_of = plan(suite, tests, timeout_s=batch_timeout)
     sandbox.write_files({**files, **probe_files(suite, run_plan)})
     try:
-        result: ExecResult = sandbox.exec(runner_command(), timeout=timeout, env=RUNNER_ENV)
+        result: ExecResult = sandbox.exec(runner_command(), timeout=timeout, env=RUNNER_ENV, contain=True)
     except Exception as exc:  # the submission brought the grading sandbox down
         run = verdicts_from_output(suite, index_of, "")
         run.anomalies.append(f"the grading run broke: {exc}")
