@@ -9,6 +9,7 @@ with this process".
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import threading
@@ -30,6 +31,15 @@ def _serve() -> None:
             future.set_result(subprocess.Popen(*args, **kwargs))
         except BaseException as exc:  # handed to the caller, whatever it is
             future.set_exception(exc)
+
+
+def _forget_after_fork() -> None:
+    """A forked child has no spawner thread, and the lock or queue may be mid-use: start afresh."""
+    global _requests, _thread, _lock
+    _requests, _thread, _lock = queue.SimpleQueue(), None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
