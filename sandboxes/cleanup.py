@@ -29,13 +29,17 @@ down the parent's sandboxes.
 
 A ``kill -9`` cannot be caught; for that case every backend also self-destructs when the host
 goes away (the executor sees EOF on its stdin; docker's ``stdin_once`` + ``auto_remove``; bwrap's
-``--die-with-parent``) and ``envhub sandbox prune`` removes anything left by label.
+``--die-with-parent``). What cannot (a container created but not yet started when its owner
+died) is removed by the next envhub process: the first ``track`` of a backend listed in
+:data:`START_SWEEPS` runs that backend's sweep for dead owners' leftovers, once per process.
+``envhub sandbox prune`` removes anything left by label.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import logging
 import os
 import queue
@@ -67,17 +71,40 @@ _fatal = False
 _requests: queue.SimpleQueue[tuple[threading.Event, float]] = queue.SimpleQueue()
 _reaper: threading.Thread | None = None
 _reaper_lock = threading.Lock()
+#: backend -> "module:function" that removes what dead envhub processes of that backend left;
+#: imported lazily, so this module depends on no backend.
+START_SWEEPS: dict[str, str] = {"docker": "envhub.sandboxes.leftovers:sweep_dead_owners"}
+_start_swept: set[str] = set()
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: The most a signal handler waits for the cleanup before the signal goes on regardless.
 SIGNAL_CLEANUP_S = 10.0
 
 
 def track(obj: Closeable) -> None:
-    """Register an open resource; also installs the signal handlers if on the main thread."""
+    """Register an open resource; also installs the signal handlers if on the main thread, and
+    at the first resource of a backend in :data:`START_SWEEPS`, runs its sweep (this thread)."""
     _ensure_reaper()
     with _lock:
         _live[id(obj)] = obj
     install_signal_handlers()
+    _sweep_at_first_start(getattr(obj, "backend", None))
+
+
+def _sweep_at_first_start(backend: Any) -> None:
+    """Run ``backend``'s start sweep if this process has not yet. Other threads do not wait for
+    it: it only touches what dead processes left, never what this process is starting."""
+    target = START_SWEEPS.get(backend) if isinstance(backend, str) else None
+    if target is None:
+        return
+    with _lock:
+        if backend in _start_swept:
+            return
+        _start_swept.add(backend)
+    module, _, name = target.partition(":")
+    try:
+        getattr(importlib.import_module(module), name)()
+    except Exception as exc:  # the start itself goes on (and reports a real engine problem)
+        log.warning("sweeping %s leftovers of dead envhub processes failed: %r", backend, exc)
 
 
 def untrack(obj: Closeable) -> None:
