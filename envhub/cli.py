@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,10 +73,10 @@ def rollout(
     env_id: Annotated[str, typer.Argument(help="e.g. envhub/Computation-v0")],
     out: Annotated[Path, typer.Option("--out", help="output directory (trajectories.jsonl, report.json)")],
     policy: Annotated[str, typer.Option(help="gold | noop | random | hf:PATH | sglang:URL")] = "gold",
-    episodes: Annotated[int, typer.Option(help="total episodes (a multiple of --group-size)")] = 8,
-    group_size: Annotated[int, typer.Option(help="samples per task (GRPO group)")] = 1,
+    episodes: Annotated[int, typer.Option(min=1, help="total episodes (a multiple of --group-size)")] = 8,
+    group_size: Annotated[int, typer.Option(min=1, help="samples per task (GRPO group)")] = 1,
     seed: int = 0,
-    concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 4,
+    concurrency: Annotated[int, typer.Option(min=1, help="episodes in flight")] = 4,
     split: str = "train",
     sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | process")] = "auto",
     env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
@@ -86,7 +87,7 @@ def rollout(
     """Run episodes; resumable: rerunning with the same --out skips finished episodes."""
     from envhub.policies import make_policy
     from envhub.report import render_table
-    from envhub.rollout import run_rollouts
+    from envhub.rollout import RolloutOutputError, run_rollouts
 
     env_factory = None
     if remote:  # the server's env and split are used; env_id names it in the records
@@ -115,6 +116,10 @@ def rollout(
         )
     except (ValueError, PermissionError, TypeError) as exc:
         raise _fail(str(exc)) from None
+    except RolloutOutputError as exc:  # a full disk under --out: what is on disk is kept and said
+        raise _fail(str(exc), code=1) from None
+    except OSError as exc:  # reading or opening the output failed (an I/O error)
+        raise _fail(f"{exc.filename or out}: {exc.strerror or exc}", code=1) from None
     finally:
         if bar is not None:
             bar.stop()
@@ -129,9 +134,9 @@ def verify(
     env_id: str,
     tasks: Annotated[str | None, typer.Option(help="comma-separated task ids (default: a sample)")] = None,
     split: Annotated[str, typer.Option(help="train, validation, test, or all")] = "test",
-    limit: Annotated[int, typer.Option(help="tasks to sample when --tasks is not given; 0 = all")] = 20,
+    limit: Annotated[int, typer.Option(min=0, help="tasks to sample when --tasks is not given; 0 = all")] = 20,
     cases: Annotated[str | None, typer.Option(help="comma-separated case names")] = None,
-    jobs: int = 2,
+    jobs: Annotated[int, typer.Option(min=1, help="envs grading in parallel")] = 2,
     submissions: Annotated[Path | None, typer.Option(help="JSONL of {task_id, submission} to grade")] = None,
     out: Annotated[Path | None, typer.Option(help="write the JSON result here")] = None,
     sandbox: str = "auto",
@@ -156,15 +161,22 @@ def verify(
         raise _fail(str(exc)) from None
     if submissions is not None:
         env.close()
-        rows = _read_submissions(submissions)
-        graded = grade_submissions(factory, rows, jobs=jobs)
+        numbered = _read_submissions(submissions)
+        graded = grade_submissions(factory, [row for _, row in numbered], jobs=jobs)
         text = "".join(json.dumps(g) + "\n" for g in graded)
         if out:
-            write_text_atomic(out, text)
+            _write_out(out, lambda: write_text_atomic(out, text))
         else:
             sys.stdout.write(text)
+        _report_ungraded(submissions, [n for n, _ in numbered], graded)
         return
-    ids = tasks.split(",") if tasks else [i for s in splits for i in env.tasks.task_ids(s)]
+    if tasks is not None:
+        ids = [t.strip() for t in tasks.split(",") if t.strip()]
+        if not ids:
+            env.close()
+            raise _fail("--tasks names no task id")
+    else:
+        ids = [i for s in splits for i in env.tasks.task_ids(s)]
     env.close()
     if not tasks and limit:
         ids = _stratified_sample(ids, limit)
@@ -180,12 +192,20 @@ def verify(
                       f"[{style}]{row['rate']:.3f}[/]", str(row["not_applicable"] or ""))
     console.print(table)
     if out:
-        write_json_atomic(out, report.to_json())
+        _write_out(out, lambda: write_json_atomic(out, report.to_json()))
     if report.violations:
         for name, row in report.by_case().items():
             for v in row["violations"][:3]:
                 err.print(f"[red]violation[/] {name} on {v['task_id']}: {v['outcome']}: {v['detail'][:200]}")
         raise typer.Exit(1)
+
+
+def _write_out(path: Path, write: Callable[[], object]) -> None:
+    """Run ``write``; a failure (full disk, no permission) is a message and exit 1, not a traceback."""
+    try:
+        write()
+    except OSError as exc:
+        raise _fail(f"cannot write {path}: {exc.strerror or exc}", code=1) from None
 
 
 def _stratified_sample(ids: list[str], limit: int) -> list[str]:
@@ -197,12 +217,14 @@ def _stratified_sample(ids: list[str], limit: int) -> list[str]:
     return [ordered[int(i * step)] for i in range(limit)]
 
 
-def _read_submissions(path: Path) -> list[dict[str, Any]]:
+def _read_submissions(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) for every non-blank line of a submissions file; exit 2 with the file
+    and line on a line that is not a JSON object, or when there is no submission at all."""
     rows = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise _fail(f"cannot read {path}: {exc.strerror}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -212,8 +234,21 @@ def _read_submissions(path: Path) -> list[dict[str, Any]]:
             raise _fail(f"{path}:{n}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise _fail(f"{path}:{n}: each line must be a JSON object")
-        rows.append(row)
+        rows.append((n, row))
+    if not rows:
+        raise _fail(f"{path} holds no submissions (expected JSON lines of {{task_id, submission}})")
     return rows
+
+
+def _report_ungraded(path: Path, line_numbers: list[int], graded: list[dict[str, Any]]) -> None:
+    """Name the lines that could not be graded on stderr; exit 1 when none could be."""
+    failed = [(n, g["error"]) for n, g in zip(line_numbers, graded, strict=True) if "error" in g]
+    for n, why in failed[:5]:
+        err.print(f"[yellow]not graded[/] {path}:{n}: {why}")
+    if len(failed) > 5:
+        err.print(f"[yellow]not graded[/] {len(failed) - 5} more lines of {path}")
+    if failed and len(failed) == len(graded):
+        raise _fail(f"none of the {len(graded)} submissions in {path} could be graded", code=1)
 
 
 @tasks_app.command("export")

@@ -3,6 +3,8 @@
 Episode ids are derived from (env, seed, group, task, sample), so a rerun with the same
 arguments plans the same ids and skips every episode already on disk. An exception inside one
 episode becomes that episode's ``env_error`` record, with the traceback; it never stops the run.
+Output that cannot be written (a full disk) does: the records on disk stay whole, report.json
+covers them, and :class:`RolloutOutputError` says so.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import random
 import signal
 import threading
@@ -27,7 +30,7 @@ from envhub.errors import ContextOverflowError, EngineError
 from envhub.policies import Policy
 from envhub.registry import make
 from envhub.report import summarize
-from envhub.store import JsonlStore, read_jsonl, write_json_atomic
+from envhub.store import JsonlStore, StoreWriteError, read_jsonl, write_json_atomic
 from envhub.types import Observation, Outcome, TrajectoryRecord, Turn, Verdict, Versions
 
 
@@ -184,6 +187,18 @@ class RolloutResult:
     skipped: int
 
 
+class RolloutOutputError(RuntimeError):
+    """The run could not write its output (a full disk, a file-size limit, an I/O error). The
+    message says what failed, what is on disk (always whole records) and whether report.json
+    covers it; rerunning the same command resumes once the cause is fixed."""
+
+
+#: Space held in ``--out`` while records are written; given up for report.json, so that a run
+#: that fills the disk still leaves a report of the episodes it kept.
+REPORT_RESERVE_BYTES = 16 * 1024
+RESERVE_NAME = ".envhub-reserve"
+
+
 def run_rollouts(
     env_id: str,
     policy: Policy,
@@ -198,7 +213,14 @@ def run_rollouts(
     env_factory: Callable[[], Env] | None = None,
     on_episode: Callable[[TrajectoryRecord], None] | None = None,
 ) -> RolloutResult:
-    """Run (or resume) a rollout into ``out_dir``; returns the report over all planned episodes."""
+    """Run (or resume) a rollout into ``out_dir``; returns the report over all planned episodes.
+
+    Bad arguments raise ValueError before any episode runs. When the output cannot be written
+    (say the disk fills), no further episode starts, the records already written stay whole,
+    report.json covers them (marked ``incomplete``) and :class:`RolloutOutputError` is raised.
+    """
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"--concurrency must be a positive integer, got {concurrency!r}")
     out = Path(out_dir)
     _check_writable(out)
     factory = env_factory or (lambda: make(env_id, split=split, **(env_kwargs or {})))
@@ -209,9 +231,14 @@ def run_rollouts(
     finally:
         probe.close()
     policy_info = {"policy": policy.name, **policy.describe()}
-    _claim_run_dir(out, {"env_id": env_id, "split": split, "policy": policy_info,
-                         "env_kwargs": {k: v for k, v in (env_kwargs or {}).items() if k != "sandbox"}})
     path = out / "trajectories.jsonl"
+    try:
+        _claim_run_dir(out, {"env_id": env_id, "split": split, "policy": policy_info,
+                             "env_kwargs": {k: v for k, v in (env_kwargs or {}).items() if k != "sandbox"}})
+        reserve = _hold_reserve(out)
+    except OSError as exc:
+        raise RolloutOutputError(f"cannot write to {exc.filename or out}: {exc.strerror or exc}; "
+                                 "no episode was run") from None
     local = threading.local()
     envs: list[Env] = []
     envs_lock = threading.Lock()
@@ -244,16 +271,27 @@ def run_rollouts(
         store.append(data)
 
     t0 = time.monotonic()
+    failed: StoreWriteError | None = None
+    unwritten = 0  # episodes that finished after writing failed
     try:
         with JsonlStore(path) as store:
             todo = [p for p in plans if p.episode_id not in store.keys]
-            with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool, _ctrl_c_requests_stop() as stop:
+            with ThreadPoolExecutor(max_workers=concurrency) as pool, _ctrl_c_requests_stop() as stop:
                 futures = {pool.submit(job, p): p for p in todo}
                 pending = set(futures)
                 while pending:
                     done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                     for fut in done:
-                        keep(futures[fut], fut.result())
+                        if failed is None:
+                            try:
+                                keep(futures[fut], fut.result())
+                                continue
+                            except StoreWriteError as exc:  # the queue is dropped; in-flight episodes end
+                                failed = exc
+                                pool.shutdown(wait=False, cancel_futures=True)
+                        unwritten += 1
+                    if failed is not None:  # a cancelled future is never "done" for wait()
+                        pending = {f for f in pending if not f.cancelled()}
                     if stop.is_set():  # Ctrl-C: what finished is on disk; the queue is dropped
                         pool.shutdown(wait=False, cancel_futures=True)
                         from envhub.sandboxes import cleanup
@@ -263,13 +301,49 @@ def run_rollouts(
     finally:  # the workers are done here (the pool's exit waits for the episodes in flight)
         for env in envs:
             env.close()
+        _release_reserve(reserve)
     wanted = {p.episode_id for p in plans}
     records = [r for r in read_jsonl(path) if r["episode_id"] in wanted]
     report = summarize(records, wall_seconds=time.monotonic() - t0)
     report.update({"env_id": env_id, "policy": policy.name, "planned": len(plans),
                    "skipped_already_done": len(plans) - len(todo), "seed": seed, "group_size": group_size})
-    write_json_atomic(out / "report.json", report)
+    if failed is not None:
+        report["incomplete"] = {"error": f"writing {path} failed: {failed.strerror}",
+                                "not_written": unwritten, "not_run": len(plans) - len(records) - unwritten}
+    try:
+        write_json_atomic(out / "report.json", report)
+        report_note = "report.json covers them"
+    except OSError as exc:
+        if failed is None:
+            raise RolloutOutputError(f"all {len(records)} episodes are in {path}, but {out / 'report.json'} "
+                                     f"could not be written: {exc.strerror or exc}") from None
+        report_note = f"report.json could not be written either ({exc.strerror or exc})"
+    if failed is not None:
+        raise RolloutOutputError(
+            f"writing {path} failed: {failed.strerror}. {len(records)} of {len(plans)} episodes are on disk, "
+            f"each whole ({unwritten} finished but could not be written, {report['incomplete']['not_run']} "
+            f"were not run); {report_note}. Free space and rerun the same command to resume.")
     return RolloutResult(report=report, trajectories=path, skipped=len(plans) - len(todo))
+
+
+def _hold_reserve(out: Path) -> Path:
+    """Claim :data:`REPORT_RESERVE_BYTES` of real disk blocks in ``out`` (random bytes, so that no
+    compressing file system makes them free); OSError when even that does not fit."""
+    path = out / RESERVE_NAME
+    try:
+        with open(path, "wb") as fh:
+            fh.write(os.urandom(REPORT_RESERVE_BYTES))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _release_reserve(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

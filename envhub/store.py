@@ -1,14 +1,18 @@
 """Durable run output: an append-only JSONL file that survives ``kill -9``, and atomic JSON files.
 
-Each record is written with one ``write`` call on an ``O_APPEND`` descriptor and fsynced, so a
-killed process leaves at most one torn *last* line. :meth:`JsonlStore.open` repairs that by
-truncating the file to the last complete line, which is what makes resuming safe: every episode
-on disk is whole, and every whole episode is skipped on the next run.
+Each record is written with one ``write`` call (more only after a short write) on an ``O_APPEND``
+descriptor and fsynced, so a killed process leaves at most one torn *last* line.
+:meth:`JsonlStore.open` repairs that by truncating the file to the last complete line, which is
+what makes resuming safe: every episode on disk is whole, and every whole episode is skipped on
+the next run. A record that cannot be
+written (a full disk) is cut off again, so the file stays whole, and the error names the file.
+A complete line that is not a record is never guessed around: reading stops with its file and line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -59,12 +63,40 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+class CorruptRecordError(ValueError):
+    """A complete line of a JSONL file that is not a JSON record; the message names file and line."""
+
+    def __init__(self, path: str | Path, line: int, why: str) -> None:
+        super().__init__(f"{path}:{line}: {why}; repair or delete that line to go on")
+        self.path = Path(path)
+        self.line = line
+
+
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Complete records of a JSONL file; a torn last line (no newline) is ignored."""
+    """Complete records of a JSONL file; a torn last line (no newline) is ignored. A complete
+    line that is not a JSON object raises :class:`CorruptRecordError`."""
     with open(path, "rb") as fh:
-        for raw in fh:
-            if raw.endswith(b"\n") and raw.strip():
-                yield json.loads(raw)
+        for n, raw in enumerate(fh, 1):
+            if not raw.endswith(b"\n") or not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise CorruptRecordError(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
+            except UnicodeDecodeError:
+                raise CorruptRecordError(path, n, "not UTF-8") from None
+            if not isinstance(record, dict):
+                raise CorruptRecordError(path, n, f"a JSON {type(record).__name__}, not a record")
+            yield record
+
+
+class StoreWriteError(OSError):
+    """Appending a record failed (disk full, file too large, I/O error). The record is not in the
+    file and every record before it is whole. ``errno`` and ``strerror`` are the cause's."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+        self.path = path
 
 
 class JsonlStore:
@@ -81,7 +113,11 @@ class JsonlStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._repair()
         if self.path.exists():
-            self.keys = {rec[self.key] for rec in read_jsonl(self.path)}
+            self.keys = set()
+            for n, rec in enumerate(read_jsonl(self.path), 1):
+                if self.key not in rec:
+                    raise CorruptRecordError(self.path, n, f"a record without {self.key!r}")
+                self.keys.add(rec[self.key])
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self
 
@@ -96,10 +132,19 @@ class JsonlStore:
                 raise RuntimeError("store is not open")
             if key in self.keys:
                 return
-            written = os.write(self._fd, data)
-            if written != len(data):  # a short write on a regular file means the disk is full
-                raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
-            os.fsync(self._fd)
+            size = os.fstat(self._fd).st_size
+            try:
+                rest = memoryview(data)
+                while rest:  # after a short write the next one says why (ENOSPC, EFBIG) or goes on
+                    written = os.write(self._fd, rest)
+                    if written <= 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    rest = rest[written:]
+                os.fsync(self._fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):  # no torn record left behind: the file stays whole
+                    os.ftruncate(self._fd, size)
+                raise StoreWriteError(self.path, exc) from exc
             self.keys.add(key)
 
     def close(self) -> None:

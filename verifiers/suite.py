@@ -116,10 +116,18 @@ def run_suite(
     cases: Sequence[str] | None = None,
     jobs: int = 1,
 ) -> SuiteReport:
-    """Play every case on every task; ``jobs`` envs work in parallel."""
+    """Play every case on every task; ``jobs`` envs work in parallel.
+
+    Raises ValueError before any case runs when ``jobs`` is not positive, ``task_ids`` is empty or
+    names a task the env does not have, or ``cases`` names an unknown case.
+    """
+    _check_jobs(jobs)
     probe = env_factory()
-    all_cases = {c.name: c for c in probe.suite_cases()}
-    probe.close()
+    try:
+        all_cases = {c.name: c for c in probe.suite_cases()}
+        check_task_ids(probe, task_ids)
+    finally:
+        probe.close()
     if cases:
         unknown = set(cases) - set(all_cases)
         if unknown:
@@ -148,22 +156,61 @@ def run_suite(
             return CaseResult(case.name, task_id, case.expect, Outcome.VERIFIER_ERROR.value, 0.0, repr(exc))
 
     work = [(c, t) for t in task_ids for c in selected]
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(play, work))
-    for e in made:
-        e.close()
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(play, work))
+    finally:
+        for e in made:
+            e.close()
     return SuiteReport(env_id=probe.env_id, results=results)
+
+
+def _check_jobs(jobs: int) -> None:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+
+
+def check_task_ids(env: Env, task_ids: Sequence[str]) -> None:
+    """ValueError naming every id in ``task_ids`` that ``env`` has no task for (or if it is empty).
+
+    An id is known when some split lists it or the env's task source can build it (``get``).
+    """
+    from envhub.env import SPLITS
+
+    if not task_ids:
+        raise ValueError("no task ids to run")
+    listed = {t for split in SPLITS for t in env.tasks.task_ids(split)}
+    unknown = []
+    for task_id in dict.fromkeys(task_ids):
+        if task_id in listed:
+            continue
+        try:
+            env.tasks.get(task_id)
+        except Exception:  # KeyError for most sources; any failure means it cannot be played
+            unknown.append(task_id)
+    if unknown:
+        shown = ", ".join(repr(t) for t in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        examples = ", ".join(sorted(listed)[:3])
+        raise ValueError(f"unknown task id{'s' if len(unknown) > 1 else ''} {shown} for {env.env_id}"
+                         + (f" (ids look like: {examples})" if examples else ""))
 
 
 def grade_submissions(
     env_factory: Callable[[], Env], submissions: Sequence[dict[str, Any]], *, jobs: int = 1
 ) -> list[dict[str, Any]]:
-    """Grade ``{task_id, submission}`` rows that came from elsewhere; one verdict per row."""
+    """Grade ``{task_id, submission}`` rows that came from elsewhere; one result per row, in order:
+    a verdict, or ``error`` saying why the row could not be graded. ValueError (before any
+    grading) when ``jobs`` is not positive."""
+    _check_jobs(jobs)
     local = threading.local()
+    made: list[Env] = []
+    lock = threading.Lock()
 
     def grade(row: dict[str, Any]) -> dict[str, Any]:
         if not hasattr(local, "env"):
             local.env = env_factory()
+            with lock:
+                made.append(local.env)
         e: Env = local.env
         task_id = row.get("task_id")
         if not isinstance(task_id, str) or "submission" not in row:
@@ -177,5 +224,9 @@ def grade_submissions(
         return {"task_id": task_id, "outcome": verdict.outcome.value, "reward": verdict.reward,
                 "verdict": verdict.model_dump(mode="json")}
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(grade, submissions))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(grade, submissions))
+    finally:
+        for e in made:
+            e.close()
