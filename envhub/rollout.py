@@ -233,7 +233,7 @@ def run_rollouts(
     policy_info = {"policy": policy.name, **policy.describe()}
     path = out / "trajectories.jsonl"
     try:
-        _claim_run_dir(out, {"env_id": env_id, "split": split, "policy": policy_info,
+        _claim_run_dir(out, {"env_id": env_id, "split": split, "policy": policy_info, "group_size": group_size,
                              "env_kwargs": {k: v for k, v in (env_kwargs or {}).items() if k != "sandbox"}})
         reserve = _hold_reserve(out)
     except OSError as exc:
@@ -371,7 +371,8 @@ def _ctrl_c_requests_stop() -> Iterator[threading.Event]:
 
 def _claim_run_dir(out: Path, identity: dict[str, Any]) -> None:
     """``out/run.json`` names what the directory's episodes are; resuming with anything else
-    (another policy, model, sampling, env or split) would mix two runs under one report."""
+    (another policy, model, sampling, env, split or group size) would mix two runs under one
+    report. (A run.json from before group sizes were recorded takes this run's.)"""
     identity = json.loads(json.dumps(identity, sort_keys=True, default=str))
     path = out / "run.json"
     if path.exists():
@@ -379,6 +380,8 @@ def _claim_run_dir(out: Path, identity: dict[str, Any]) -> None:
             before = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ValueError(f"{path} is unreadable ({exc}); use another --out") from None
+        if isinstance(before, dict) and "group_size" not in before:
+            before["group_size"] = identity.get("group_size")
         if before != identity:
             differ = sorted(k for k in {*before, *identity} if before.get(k) != identity.get(k))
             raise ValueError(f"{out} holds episodes of another run (different {', '.join(differ)}: "

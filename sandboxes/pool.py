@@ -196,8 +196,10 @@ class SandboxPool:
 
         thread = threading.Thread(target=refill, name="envhub-pool-refill", daemon=True)
         with self._lock:
+            if self._closed:
+                return
+            thread.start()  # under the lock: close() sees it started, or it never starts
             self._refills = [t for t in self._refills if t.is_alive()] + [thread]
-        thread.start()
 
     def wait_refills(self, timeout: float = 60.0) -> None:
         """Block until background replacements are done (tests, orderly shutdown)."""

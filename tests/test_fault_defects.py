@@ -264,3 +264,37 @@ def test_a_reused_pid_does_not_keep_a_dead_owners_container():
     finally:
         live.kill()
         live.wait()
+
+
+def test_closing_a_pool_while_it_starts_a_refill_never_joins_an_unstarted_thread():
+    """The SIGTERM cleanup's "cannot join thread before it is started": close() raced the refill."""
+    import threading
+
+    from envhub.sandboxes import SandboxPool
+
+    errors: list[BaseException] = []
+    for _ in range(300):
+        pool = SandboxPool("process", size=0, prestart=False)
+        refill = threading.Thread(target=lambda p=pool: _record_errors(p._refill_in_background, errors))
+        refill.start()
+        _record_errors(pool.close, errors)
+        refill.join()
+    assert not errors, errors[:3]
+
+
+def _record_errors(call, errors: list[BaseException]) -> None:
+    try:
+        call()
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_resuming_with_another_group_size_is_refused(tmp_path):
+    out = tmp_path / "run"
+    policy = make_policy("gold")
+    run_rollouts("envhub/Computation-v0", policy, episodes=2, group_size=1, out_dir=out,
+                 env_kwargs={"sandbox": "process"})
+    assert json.loads((out / "run.json").read_text())["group_size"] == 1
+    with pytest.raises(ValueError, match="group_size"):
+        run_rollouts("envhub/Computation-v0", policy, episodes=4, group_size=2, out_dir=out,
+                     env_kwargs={"sandbox": "process"})
