@@ -1,0 +1,224 @@
+"""What a run report shows, computed from a run directory: the numbers behind every table and plot.
+
+A run directory is recognised by its files: ``trajectories.jsonl`` (plus ``run.json`` and
+``report.json``) is a *rollout*. :func:`load_run` returns a :class:`RunData` whose ``kind`` picks
+the sections and plots the HTML report renders, so a training run (another ``kind``) adds its own
+loader and sections without touching the rollout ones.
+
+Every rate is over *attempted* episodes first (``strict``: infra failures count as failures), with
+the rate excluding infra beside it. A success's cost is the whole run's cost divided by the
+successes: the failed attempts are what a success cost too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envhub.report import summarize
+from envhub.store import CorruptRecordError, read_jsonl
+from envhub.types import Outcome, OutcomeClass
+
+#: Loaders by run kind, tried in order; each returns None when the directory is not of its kind.
+LOADERS: list[Callable[[Path], RunData | None]] = []
+
+
+class RunDirError(ValueError):
+    """The directory is not a run this report can read; the message says what is missing or broken."""
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    family: str
+    difficulty: int | None
+
+
+@dataclass
+class Group:
+    """Episodes sharing one key (a difficulty, a family, a task)."""
+
+    attempted: int = 0
+    successes: int = 0
+    infra: int = 0
+    outcomes: Counter = field(default_factory=Counter)
+
+    def add(self, outcome: Outcome) -> None:
+        self.attempted += 1
+        self.successes += outcome is Outcome.SUCCESS
+        self.infra += outcome.is_infra
+        self.outcomes[outcome.value] += 1
+
+    @property
+    def strict_rate(self) -> float:
+        return self.successes / self.attempted if self.attempted else 0.0
+
+    @property
+    def rate_excluding_infra(self) -> float | None:
+        scored = self.attempted - self.infra
+        return self.successes / scored if scored else None
+
+
+@dataclass
+class RunData:
+    """A loaded run. ``kind`` selects the report's sections (see ``report_html.SECTIONS``)."""
+
+    kind: str
+    run_dir: Path
+    run: dict[str, Any]
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    tasks: dict[str, TaskInfo]
+    profile: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    # ---- derived views ----------------------------------------------------------------------
+
+    def outcome(self, rec: dict[str, Any]) -> Outcome:
+        return Outcome(rec["outcome"])
+
+    def task(self, rec: dict[str, Any]) -> TaskInfo:
+        return self.tasks.get(rec["task_id"], TaskInfo("?", None))
+
+    def grouped(self, key: Callable[[dict[str, Any]], Any]) -> dict[Any, Group]:
+        groups: dict[Any, Group] = defaultdict(Group)
+        for rec in self.records:
+            groups[key(rec)].add(self.outcome(rec))
+        return dict(sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0]).zfill(8))))
+
+    def by_difficulty(self) -> dict[Any, Group]:
+        return self.grouped(lambda r: self.task(r).difficulty)
+
+    def by_family(self) -> dict[Any, Group]:
+        return self.grouped(lambda r: self.task(r).family)
+
+    def by_task(self) -> dict[Any, Group]:
+        return self.grouped(lambda r: r["task_id"])
+
+    def time_split(self) -> dict[str, float]:
+        """Seconds summed over episodes: agent, sandbox, verifier, and the rest of the wall time."""
+        split = {"agent": 0.0, "sandbox": 0.0, "verifier": 0.0, "other": 0.0}
+        for rec in self.records:
+            m = rec.get("metrics", {})
+            parts = [float(m.get(f"{k}_seconds", 0.0) or 0.0) for k in ("agent", "sandbox", "verifier")]
+            for k, v in zip(("agent", "sandbox", "verifier"), parts, strict=True):
+                split[k] += v
+            split["other"] += max(0.0, float(m.get("wall_seconds", 0.0) or 0.0) - sum(parts))
+        return split
+
+    def cost(self) -> dict[str, float | None]:
+        """Per success: tokens (prompt + response), sampled tokens, tool calls, episode seconds."""
+        s = self.summary
+        successes = s["by_outcome"][Outcome.SUCCESS.value]
+        seconds = sum(float(r.get("metrics", {}).get("wall_seconds", 0.0) or 0.0) for r in self.records)
+
+        def per(total: float) -> float | None:
+            return total / successes if successes else None
+
+        return {"tokens": per(s["tokens"]), "sampled_tokens": per(s["sampled_tokens"]),
+                "tool_calls": per(s["tool_calls"]), "seconds": per(seconds), "episode_seconds_total": seconds}
+
+    def headline(self) -> dict[str, Any]:
+        """The numbers every report leads with (the seed's list)."""
+        s = self.summary
+        cls = s["by_class"]
+        return {
+            "attempted": s["attempted"], "successes": s["by_outcome"][Outcome.SUCCESS.value],
+            "policy_failures": cls[OutcomeClass.POLICY_FAILURE.value], "truncations": cls[OutcomeClass.TRUNCATION.value],
+            "infra_failures": cls[OutcomeClass.INFRA_FAILURE.value],
+            "strict_success_rate": s["strict_success_rate"],
+            "success_rate_excluding_infra": s["success_rate_excluding_infra"],
+            "mean_reward": s["mean_reward"], **{f"{k}_per_success": v for k, v in self.cost().items()
+                                                 if k != "episode_seconds_total"},
+        }
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Load a run directory of any known kind; :class:`RunDirError` names what is wrong."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise RunDirError(f"{path} is not a directory")
+    for loader in LOADERS:
+        data = loader(path)
+        if data is not None:
+            return data
+    raise RunDirError(f"{path} holds no run: expected trajectories.jsonl (a rollout, `envhub rollout --out`)")
+
+
+def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        notes.append(f"{path.name} is unreadable ({exc}); left out")
+        return None
+    if not isinstance(data, dict):
+        notes.append(f"{path.name} is not a JSON object; left out")
+        return None
+    return data
+
+
+def load_rollout(path: Path) -> RunData | None:
+    """A rollout directory (``envhub rollout --out``, ``envhub profile --out``), or None."""
+    traj = path / "trajectories.jsonl"
+    if not traj.exists():
+        return None
+    notes: list[str] = []
+    try:
+        records = list(read_jsonl(traj))
+    except (CorruptRecordError, OSError) as exc:
+        raise RunDirError(f"cannot read {traj}: {exc}") from None
+    for n, rec in enumerate(records, 1):
+        if not isinstance(rec.get("task_id"), str) or rec.get("outcome") not in set(Outcome):
+            raise RunDirError(f"{traj}: record {n} is not a trajectory record (task_id and outcome)")
+    run = _read_json(path / "run.json", notes) or {}
+    saved = _read_json(path / "report.json", notes) or {}
+    summary = summarize(records, wall_seconds=float(saved.get("wall_seconds", 0.0) or 0.0))
+    for key in ("planned", "incomplete", "seed", "group_size", "skipped_already_done"):
+        if key in saved:
+            summary[key] = saved[key]
+    if saved and saved.get("attempted") != summary["attempted"]:
+        notes.append(f"report.json counts {saved.get('attempted')} episodes, trajectories.jsonl holds "
+                     f"{summary['attempted']}: this report is computed from trajectories.jsonl")
+    env_id = run.get("env_id") or (records[0]["env_id"] if records else "")
+    summary["env_id"] = env_id
+    tasks = _task_infos(env_id, run, {r["task_id"] for r in records}, notes)
+    return RunData(kind="rollout", run_dir=path, run=run, summary=summary, records=records, tasks=tasks,
+                   profile=_read_json(path / "profile.json", notes), notes=notes)
+
+
+def _task_infos(env_id: str, run: dict[str, Any], task_ids: set[str], notes: list[str]) -> dict[str, TaskInfo]:
+    """Family (with the task's ``kind`` when it has one) and difficulty, from the env's task set."""
+    from envhub.registry import make
+
+    if not task_ids:
+        return {}
+    try:
+        env = make(env_id, split=run.get("split", "train"), **(run.get("env_kwargs") or {}))
+    except Exception as exc:  # a remote or uninstalled env: the report still renders, without them
+        notes.append(f"task families and difficulties unknown: cannot load {env_id!r} ({exc})")
+        return {}
+    out: dict[str, TaskInfo] = {}
+    missing = 0
+    try:
+        for task_id in sorted(task_ids):
+            try:
+                task = env.tasks.get(task_id)
+            except Exception:
+                missing += 1
+                continue
+            kind = task.metadata.get("kind")
+            family = f"{task.family}/{kind}" if isinstance(kind, str) and kind else task.family
+            out[task_id] = TaskInfo(family, task.difficulty)
+    finally:
+        env.close()
+    if missing:
+        notes.append(f"{missing} task ids are not in {env_id}'s task set now; shown as family '?'")
+    return out
+
+
+LOADERS.append(load_rollout)
