@@ -148,3 +148,27 @@ def test_every_project_compiles(project: str) -> None:
             fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
             # a parameter named as an expectation survives only as the input of another segment
             assert not {a.arg for a in fn.args.args} & {"expected", "want"} or "__envhub_segment_" in name, (path, name)
+
+
+@pytest.mark.parametrize("project", ["money", "bitset", "semver", "priority_queue"])
+def test_every_whole_comparison_has_a_twin_that_observes_its_actual_side_alone(project: str) -> None:
+    """A segment that observes ``a == B(...)`` lets the project's ``__eq__`` decide and holds B's
+    inputs: it is sound only because another segment of the same test observes ``a`` without them."""
+    for path, source in project_tests(project).items():
+        probe = compile_tests(path, source, frozenset({"test_randomized_against_sorted_reference"}))
+        for name, text in probe.modules.items():
+            test = name.split("__envhub_segment_")[0]
+            for call in ast.walk(ast.parse(text)):
+                if not (isinstance(call, ast.Call) and getattr(call.func, "id", "") == "observe"):
+                    continue
+                observed = call.args[0]
+                if isinstance(observed, ast.Compare) and isinstance(observed.ops[0], ast.Eq) and \
+                        not _mentions_hash(observed):
+                    actual = ast.unparse(observed.left)
+                    twins = [f for f in probe.functions(test) if f != name
+                             and f"observe({actual}," in probe.modules[f]]
+                    assert twins, (path, name, ast.unparse(observed))
+
+
+def _mentions_hash(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("hash", "id") for n in ast.walk(node))

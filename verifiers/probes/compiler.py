@@ -224,8 +224,10 @@ class _Module:
         self._locals = _assigned_names(fn)
         fn.body = self._statements(fn.body, plain)
         data_names = table_names | self._locals | {a.arg for a in fn.args.args}
-        segments = [set(self._dropped)] if fn.name in self.unsegmented else \
-            _segments(fn, self._dropped, data_names, self._isolated)
+        if fn.name in self.unsegmented:  # one child: a whole comparison would sit next to its twin
+            segments = [set(self._dropped) - self._isolated]
+        else:
+            segments = _segments(fn, self._dropped, data_names, self._isolated)
         self.residual += [f"{fn.name}: {name}" for name in _unsplittable(fn, self._dropped, data_names)]
         if len(segments) > 1:
             self.segmented[fn.name] = len(segments)
