@@ -23,12 +23,12 @@ samples at most what is left; only no room at all overflows.
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any
 
 from envhub.adapters.chat_format import ChatFormat, SegmentEncoder, chat_format_for, template_hash
-from envhub.adapters.engine import Engine, GenerateResult, SamplingParams
+from envhub.adapters.engines.base import Engine, SamplingParams
+from envhub.adapters.token_record import TokenRecord
 from envhub.env import Env
 from envhub.errors import ContextOverflowError, EngineError
 from envhub.policies import PolicyOutput
@@ -43,50 +43,52 @@ class ModelAgent:
     def __init__(self, policy: ModelPolicy, observation: Observation, seed: int) -> None:
         self.policy = policy
         self.seed = seed
-        self.prompt_ids = policy.encode(policy.render_prompt(observation))
-        self.response_ids: list[int] = []
-        self.response_mask: list[int] = []
-        self.response_logprobs: list[float] = []
+        self.record = TokenRecord(policy.encode(policy.render_prompt(observation)))
         self._observation_ids: list[list[int]] = []
         self._turns = 0
         self._closed = True  # nothing sampled yet: no end token owed
 
     @property
+    def prompt_ids(self) -> list[int]:
+        return self.record.prompt_ids
+
+    @property
     def length(self) -> int:
-        return len(self.prompt_ids) + len(self.response_ids)
+        return self.record.length
 
     def act(self, observation: Observation) -> PolicyOutput:
-        policy = self.policy
+        policy, record = self.policy, self.record
         params = policy.params
         reply = policy.encode(policy.format.observation_text(observation.messages, closed=self._closed)) \
             if self._turns else []
-        room = policy.max_context - self.length - len(reply)
+        room = record.room(policy.max_context) - len(reply)
         limit = f"max_context {policy.max_context}"
         if policy.max_response_tokens is not None:
-            left = policy.max_response_tokens - len(self.response_ids) - len(reply)
+            left = policy.max_response_tokens - len(record.response_ids) - len(reply)
             if left < room:
                 room, limit = left, f"the response budget of {policy.max_response_tokens} tokens"
         if policy.fit_turns and 0 < room < params.max_new_tokens:
             params = params.with_(max_new_tokens=room)
         if params.max_new_tokens > room:
             raise ContextOverflowError(
-                f"turn {self._turns}: {self.length} tokens so far ({len(self.response_ids)} of them the response) + "
+                f"turn {self._turns}: {record.length} tokens so far ({len(record.response_ids)} of them the response) + "
                 f"{len(reply)} for the env's reply + {params.max_new_tokens} to generate do not fit {limit}")
+        before_reply = len(record.response_ids)
         if self._turns:
-            self._append(reply, mask=0)
+            record.append_observation(reply)
             self._observation_ids[-1] = reply
         if params.seed is None and params.temperature > 0:
             params = params.with_(seed=(self.seed * 1_000_003 + self._turns) % (1 << 63))
         try:
-            result = policy.engine.generate(self.prompt_ids + self.response_ids, params)
-            _check_result(result)
+            result = policy.engine.generate(record.ids(), params)
+            record.check_result(result)
         except (EngineError, ContextOverflowError):
-            self._rollback_reply()  # the record ends with the last sampled turn
+            self._rollback_reply(before_reply)  # the record ends with the last sampled turn
             raise
         except Exception as exc:  # an engine that breaks in any other way is still the engine
-            self._rollback_reply()
+            self._rollback_reply(before_reply)
             raise EngineError(f"{policy.engine.name} engine failed: {exc!r}") from exc
-        self._append(result.token_ids, mask=1, logprobs=result.logprobs)
+        record.append_sampled(result.token_ids, result.logprobs)
         self._observation_ids.append([])
         self._turns += 1
         self._closed = bool(result.token_ids) and result.token_ids[-1] == policy.end_id
@@ -96,37 +98,20 @@ class ModelAgent:
             weight_version=result.weight_version or policy.engine.weight_version,
         )
 
-    def _rollback_reply(self) -> None:
-        if self._observation_ids and self._observation_ids[-1]:
-            n = len(self._observation_ids[-1])
-            del self.response_ids[-n:], self.response_mask[-n:], self.response_logprobs[-n:]
+    def _rollback_reply(self, response_length: int) -> None:
+        self.record.truncate(response_length)
+        if self._observation_ids:
             self._observation_ids[-1] = []
 
-    def _append(self, ids: list[int], *, mask: int, logprobs: list[float] | None = None) -> None:
-        self.response_ids.extend(ids)
-        self.response_mask.extend([mask] * len(ids))
-        self.response_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
-
     def token_view(self) -> TokenView:
-        return TokenView(prompt_ids=list(self.prompt_ids), response_ids=list(self.response_ids),
-                         response_mask=list(self.response_mask), response_logprobs=list(self.response_logprobs))
+        return self.record.token_view()
 
     def observation_ids(self) -> list[list[int]]:
         return [list(ids) for ids in self._observation_ids]
 
 
-def _check_result(result: GenerateResult) -> None:
-    """An engine answer that cannot be recorded faithfully is the engine's failure, not the model's."""
-    if len(result.token_ids) != len(result.logprobs):
-        raise EngineError(f"engine returned {len(result.token_ids)} tokens but {len(result.logprobs)} logprobs")
-    if result.logprobs and (not all(map(math.isfinite, result.logprobs)) or max(result.logprobs) > 0.0):
-        raise EngineError("engine returned a logprob that is not finite or is > 0")
-    if result.finish_reason == "abort":
-        raise EngineError(f"engine aborted the request: {result.meta.get('message', '')}")
-
-
 class ModelPolicy:
-    """A :class:`~envhub.policies.Policy` over an :class:`~envhub.adapters.engine.Engine`.
+    """A :class:`~envhub.policies.Policy` over an :class:`~envhub.adapters.engines.Engine`.
 
     Thread-safe: episodes share the engine (which batches them) and the tokenizer (guarded by a
     lock, since a Rust tokenizer must not be used from two threads at once).

@@ -6,7 +6,7 @@ the same ``Sample`` back with ``tokens`` (prompt + response), ``response_length`
 and ``rollout_log_probs`` (both of response length), ``reward`` and ``status``. Here the sample's
 task (``sample.metadata["envhub"]`` or ``sample.metadata``: ``env_id``, ``task_id``) is played
 by envhub's model policy over slime's SGLang router (``POST /generate`` with ``input_ids`` and
-``return_logprob``, via :class:`envhub.trainer.engines.sglang_client.SGLangEngine`), so the
+``return_logprob``, via :class:`envhub.adapters.engines.sglang_client.SGLangEngine`), so the
 record is token in, token out, and the verifier's reward is set on the sample -- slime then skips
 its reward model. :func:`reward` is a ``--custom-rm-path`` for setups that still call one.
 
@@ -47,8 +47,8 @@ def _tokenizer(path: str) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _engine(url: str, max_context: int | None) -> Any:
-    # slime calls us with its router address: we build our SGLang engine around it (see test_layering)
-    from envhub.trainer.engines.sglang_client import SGLangEngine
+    # slime calls us with its router address: we build our SGLang engine around it
+    from envhub.adapters.engines.sglang_client import SGLangEngine
 
     return SGLangEngine(url, max_context=max_context)
 
@@ -61,7 +61,7 @@ def router_engine(args: Any) -> Any:
 
 def model_policy(args: Any, sampling_params: dict[str, Any], *, engine: Any = None, tokenizer: Any = None) -> Any:
     """envhub's model policy over the router, with slime's sampling params for each turn."""
-    from envhub.adapters.engine import SamplingParams
+    from envhub.adapters.engines import SamplingParams
     from envhub.adapters.model_policy import ModelPolicy
 
     engine = engine or router_engine(args)

@@ -6,7 +6,7 @@ TRL's sampler) and the trainer, and returns one completion per entry as a dict w
 ``prompt_ids``, ``completion_ids`` and ``logprobs``; ``env_mask`` (1 = the model's token,
 0 = env feedback) is multiplied into the loss mask; every other key is handed to the reward
 functions. Here one entry is one envhub episode: the prompt's task is reset in an env, the
-trainer's current model plays it through :class:`~envhub.trainer.model_policy.ModelPolicy` (token
+trainer's current model plays it through :class:`~envhub.adapters.model_policy.ModelPolicy` (token
 in, token out), and the episode's masked token view becomes the completion.
 
 Rewards come from envhub's verifier, not from TRL: :func:`envhub_reward` is the reward function
@@ -113,7 +113,7 @@ class EnvhubRolloutFunc:
         return int(self.max_completion_tokens or getattr(trainer.args, "max_completion_length", None) or 256)
 
     def _sampling(self, trainer: Any) -> Any:
-        from envhub.adapters.engine import SamplingParams
+        from envhub.adapters.engines import SamplingParams
 
         args = trainer.args
         return SamplingParams(
@@ -124,11 +124,9 @@ class EnvhubRolloutFunc:
         )
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        from envhub.adapters.engines.transformers_engine import TransformersEngine
         from envhub.adapters.model_policy import ModelPolicy
         from envhub.rollout import EpisodePlan
-
-        # TRL hands us its in-memory model: we sample from it with our engine (see test_layering)
-        from envhub.trainer.engines.transformers_engine import TransformersEngine
 
         task_ids = [prompt_task_id(prompt) for prompt in prompts]
         model = trainer.accelerator.unwrap_model(trainer.model)

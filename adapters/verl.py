@@ -71,7 +71,7 @@ class ServerManagerEngine:
         return None
 
     def generate(self, prompt_ids: list[int], params: Any) -> Any:
-        from envhub.adapters.engine import GenerateResult
+        from envhub.adapters.engines import GenerateResult
 
         sampling = {
             **self.base_params,
@@ -162,7 +162,7 @@ class EnvhubAgentLoop(AgentLoopBase):
         self.max_new_tokens = int(max_new_tokens or self.response_length)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        from envhub.adapters.engine import SamplingParams
+        from envhub.adapters.engines import SamplingParams
 
         extra = dict(kwargs.get("extra_info") or {})
         env_id = extra.get("env_id") or self.env_id

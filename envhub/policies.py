@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import random
 import string
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from envhub.env import Env
@@ -177,17 +179,55 @@ def _empty_args(spec: ToolSpec) -> dict[str, Any]:
 
 _SCRIPTED: dict[str, Callable[[], Policy]] = {"gold": GoldPolicy, "noop": NoopPolicy, "random": RandomPolicy}
 
+#: Entry point group of policy kinds ``KIND:TARGET``: ``KIND = "module:factory"``, where
+#: ``factory(target, **options) -> Policy``. envhub's adapters declare ``hf`` and ``sglang`` here
+#: (pyproject.toml); core never imports them by name.
+POLICY_ENTRY_POINT_GROUP = "envhub.policies"
+_KINDS: dict[str, Callable[..., Policy]] = {}
+_kinds_lock = threading.Lock()
+
+
+def register_policy_kind(kind: str, factory: Callable[..., Policy]) -> None:
+    """Make ``make_policy("KIND:TARGET", **options)`` call ``factory(TARGET, **options)``; for
+    kinds not declared as an entry point (a kind registered here wins over an entry point)."""
+    if not kind or ":" in kind or kind in _SCRIPTED:
+        raise ValueError(f"invalid policy kind {kind!r}")
+    with _kinds_lock:
+        _KINDS[kind] = factory
+
+
+def _kind_factory(kind: str) -> Callable[..., Policy] | None:
+    """The factory of ``kind``: registered, else its entry point (loaded once; an ImportError,
+    e.g. a missing optional extra, reaches the caller)."""
+    with _kinds_lock:
+        factory = _KINDS.get(kind)
+    if factory is not None:
+        return factory
+    found = entry_points(group=POLICY_ENTRY_POINT_GROUP, name=kind)
+    if not found:
+        return None
+    factory = next(iter(found)).load()
+    with _kinds_lock:
+        return _KINDS.setdefault(kind, factory)
+
+
+def _kind_names() -> list[str]:
+    with _kinds_lock:
+        registered = set(_KINDS)
+    return sorted(registered | {ep.name for ep in entry_points(group=POLICY_ENTRY_POINT_GROUP)})
+
 
 def make_policy(spec: str, **options: Any) -> Policy:
-    """``gold`` | ``noop`` | ``random`` | ``hf:PATH`` | ``sglang:URL``."""
+    """``gold`` | ``noop`` | ``random`` | ``KIND:TARGET`` for a registered kind: ``hf:PATH`` and
+    ``sglang:URL`` with envhub's adapters (see :data:`POLICY_ENTRY_POINT_GROUP`)."""
     if spec in _SCRIPTED:
         return _SCRIPTED[spec]()
-    prefix, _, target = spec.partition(":")
-    if prefix in ("hf", "sglang") and target:
-        from envhub.trainer.model_policy import make_model_policy  # needs the train extra
-
-        return make_model_policy(prefix, target, **options)
-    raise ValueError(
-        f"unknown policy {spec!r}; use gold, noop, random, hf:PATH or sglang:URL"
-    )
-
+    kind, _, target = spec.partition(":")
+    factory = _kind_factory(kind) if kind and target else None
+    if factory is not None:
+        return factory(target, **options)
+    kinds = ", ".join(f"{k}:..." for k in _kind_names())
+    hint = f" or {kinds}" if kinds else (
+        f" (no policy kinds such as hf:PATH are registered: the installed metadata lacks the "
+        f"{POLICY_ENTRY_POINT_GROUP!r} entry points; reinstall envhub, e.g. `pip install -e .`)")
+    raise ValueError(f"unknown policy {spec!r}; use gold, noop, random{hint}")

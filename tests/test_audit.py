@@ -10,13 +10,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from envhub.adapters.audit import audit_command, audit_run
+from envhub.adapters.engines.scripted import ScriptedEngine
+from envhub.adapters.engines.tiny import build_tiny_model
 from envhub.policies import make_policy
 from envhub.registry import make
 from envhub.rollout import plan_episodes, run_rollouts
 from envhub.store import read_jsonl
-from envhub.trainer.audit import audit_command, audit_run
-from envhub.trainer.engines.scripted import ScriptedEngine
-from envhub.trainer.tiny import build_tiny_model
 
 ENV = "envhub/Computation-v0"
 ENV_KW = {"sandbox": "process", "kinds": ["fraction"], "levels": [1]}

@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from envhub.adapters.engine import SamplingParams
-from envhub.errors import ContextOverflowError, EngineError
-from envhub.trainer.engines.sglang_client import (
+from envhub.adapters.engines import SamplingParams
+from envhub.adapters.engines.sglang_client import (
     SGLangEngine,
     SGLangLaunchConfig,
     build_launch_command,
     generate_request,
     parse_generate_response,
 )
+from envhub.errors import ContextOverflowError, EngineError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -158,9 +158,9 @@ def test_context_length_errors_are_context_overflow(server, answer):
 
 
 def test_a_context_length_error_ends_the_episode_as_context_overflow(server, tmp_path):
+    from envhub.adapters.engines.tiny import build_tiny_model
     from envhub.policies import make_policy
     from envhub.rollout import run_rollouts
-    from envhub.trainer.tiny import build_tiny_model
 
     server.generate_answers.append((400, fixture("generate_error_context_total")))
     policy = make_policy(f"sglang:{server.url}?tokenizer={build_tiny_model()}&max_new_tokens=64")
@@ -233,10 +233,10 @@ def test_launch_command():
 
 def test_sglang_policy_runs_an_audited_episode(server, tmp_path):
     """make_policy("sglang:URL") end to end: the runner, the env, the record, the audit."""
+    from envhub.adapters.audit import audit_run
+    from envhub.adapters.engines.tiny import build_tiny_model
     from envhub.policies import make_policy
     from envhub.rollout import run_rollouts
-    from envhub.trainer.audit import audit_run
-    from envhub.trainer.tiny import build_tiny_model
 
     tiny = build_tiny_model()
     policy = make_policy(f"sglang:{server.url}?tokenizer={tiny}&max_new_tokens=64")
@@ -262,9 +262,9 @@ def test_live_sglang(tmp_path):
     """A real SGLang server with the tiny model: tokens, logprobs against a forward pass, weights."""
     import socket
 
-    from envhub.trainer.engines.sglang_client import launch_server
-    from envhub.trainer.engines.transformers_engine import score_tokens
-    from envhub.trainer.tiny import build_tiny_model
+    from envhub.adapters.engines.sglang_client import launch_server
+    from envhub.adapters.engines.tiny import build_tiny_model
+    from envhub.adapters.engines.transformers_engine import score_tokens
 
     tiny = str(build_tiny_model())
     with socket.socket() as s:

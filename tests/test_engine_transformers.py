@@ -10,11 +10,11 @@ import threading
 import pytest
 import torch
 
-from envhub.adapters.engine import SamplingParams
+from envhub.adapters.engines import SamplingParams
+from envhub.adapters.engines.sampling import processed_logprobs
+from envhub.adapters.engines.tiny import build_tiny_model
+from envhub.adapters.engines.transformers_engine import TransformersEngine
 from envhub.errors import ContextOverflowError, EngineError
-from envhub.trainer.engines.sampling import processed_logprobs
-from envhub.trainer.engines.transformers_engine import TransformersEngine
-from envhub.trainer.tiny import build_tiny_model
 
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
 TEXTS = ["hello there", "what is the answer to two plus two, please tell me", "x",

@@ -62,11 +62,11 @@ class _StaggeredEngine:
 def _play(out: Path, *, interrupt: bool) -> None:
     """Each task's k-th call: a success, a wrong answer or an engine failure (infra), by k mod 3;
     with ``interrupt``, Ctrl-C lands once two groups are half on disk."""
-    from envhub.adapters.engine import SamplingParams
+    from envhub.adapters.engines import SamplingParams
+    from envhub.adapters.engines.scripted import ScriptedEngine
     from envhub.adapters.model_policy import ModelPolicy
     from envhub.registry import make
     from envhub.rollout import plan_episodes, run_rollouts
-    from envhub.trainer.engines.scripted import ScriptedEngine
 
     tok = smollm2_tokenizer()
     env = make(ENV_ID, split="train")

@@ -101,12 +101,12 @@ def test_the_skyrl_conversation_renders_as_envhubs_model_policy_records_it() -> 
     list). Templated, the conversation must be the very text envhub's model policy records for
     the same episode -- tools block, ``<tool_response>`` turns and all -- not bare user text."""
     from envhub.adapters.chat_format import ChatMLFormat
-    from envhub.adapters.engine import SamplingParams
+    from envhub.adapters.engines import SamplingParams
+    from envhub.adapters.engines.scripted import ScriptedEngine
     from envhub.adapters.model_policy import ModelPolicy
     from envhub.adapters.skyrl import register_skyrl_env
     from envhub.registry import make
     from envhub.rollout import EpisodePlan, run_episode
-    from envhub.trainer.engines.scripted import ScriptedEngine
 
     env_id, kwargs = "envhub/Computation-v0", {"sandbox": "process"}  # the python tool must really run
     ref = make(env_id, **kwargs)

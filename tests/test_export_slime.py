@@ -135,7 +135,7 @@ def _fake_sglang_router(script: list[str]) -> Any:
 
 
 def _args(url: str) -> SimpleNamespace:
-    from envhub.trainer.tiny import build_tiny_model
+    from envhub.adapters.engines.tiny import build_tiny_model
 
     host, port = url.removeprefix("http://").split(":")
     return SimpleNamespace(sglang_router_ip=host, sglang_router_port=int(port), hf_checkpoint=str(build_tiny_model()),
@@ -195,8 +195,8 @@ def test_miles_generate_function(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_miles_agent_function_through_a_session_server() -> None:
     from envhub.adapters import miles
+    from envhub.adapters.engines.scripted import ScriptedEngine
     from envhub.adapters.tito import TitoServer, create_app
-    from envhub.trainer.engines.scripted import ScriptedEngine
 
     tok = smollm2_tokenizer()
     server = TitoServer(ScriptedEngine(tok, [LOOKUP, ANSWER]), tok)

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import pytest
 
+from envhub.adapters.audit import audit_run
 from envhub.adapters.chat_format import ChatMLFormat, SegmentEncoder, message_dicts
+from envhub.adapters.engines.scripted import ScriptedEngine
+from envhub.adapters.engines.tiny import build_tiny_model
 from envhub.errors import EngineError
 from envhub.parsing import format_tool_call
 from envhub.policies import make_policy
 from envhub.registry import make
 from envhub.rollout import plan_episodes, run_rollouts
 from envhub.store import read_jsonl
-from envhub.trainer.audit import audit_run
-from envhub.trainer.engines.scripted import ScriptedEngine
-from envhub.trainer.tiny import build_tiny_model
 from envhub.types import Message, Outcome, ToolSpec, TrajectoryRecord
 
 ENV = "envhub/Computation-v0"
@@ -239,7 +239,7 @@ def test_policy_spec_options(tiny, tokenizer):
 
 
 def test_trajectory_benchmark_runs():
-    from envhub.trainer.bench import run_bench
+    from envhub.adapters.bench import run_bench
 
     lines: list[str] = []
     result = run_bench(out=lines.append, episodes=2, turns=(2, 3), repeats=1)
@@ -253,7 +253,7 @@ def test_trajectory_benchmark_runs():
 def test_model_resolution_and_atomic_preparation(tiny, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from envhub.trainer import models
+    from envhub.adapters.engines import models
 
     monkeypatch.setenv("ENVHUB_CACHE", str(tmp_path / "cache"))
     assert models.resolve_model(str(tiny)) == tiny

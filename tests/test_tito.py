@@ -24,8 +24,8 @@ openai = pytest.importorskip("openai")
 
 from token_runs import LocalServer, free_port, smollm2_tokenizer  # noqa: E402
 
+from envhub.adapters.engines.scripted import ScriptedEngine  # noqa: E402
 from envhub.adapters.tito import TitoServer, create_app  # noqa: E402
-from envhub.trainer.engines.scripted import ScriptedEngine  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {
     "name": "python", "description": "Run Python and return what it prints.",
@@ -210,8 +210,8 @@ def test_real_model_session() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from envhub.trainer.engines.transformers_engine import TransformersEngine
-    from envhub.trainer.tiny import build_tiny_model
+    from envhub.adapters.engines.tiny import build_tiny_model
+    from envhub.adapters.engines.transformers_engine import TransformersEngine
 
     tok = smollm2_tokenizer()
     engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(str(build_tiny_model()), dtype=torch.float32),
@@ -319,8 +319,8 @@ def test_envhub_rollout_through_tito_is_trainable(tmp_path: Path) -> None:
         policy.close()
     records = load_records(tmp_path / "run")
     assert {r.outcome.value for r in records} == {"wrong_answer"}
+    from envhub.adapters.audit import audit_run
     from envhub.adapters.chat_format import template_hash
-    from envhub.trainer.audit import audit_run
 
     for rec in records:  # the server's tokenizer is on the record, so the audit can decode it
         assert rec.versions.tokenizer == tok.name_or_path
@@ -363,10 +363,10 @@ def test_policy_close_deletes_sessions_left_open() -> None:
 
 def test_tito_command_serves_a_model() -> None:
     """``envhub tito --model hf:PATH --port P`` (the command function, run as a process)."""
-    from envhub.trainer.tiny import build_tiny_model
+    from envhub.adapters.engines.tiny import build_tiny_model
 
     port = free_port()
-    code = "import typer; from envhub.trainer.tito_cli import tito_command; typer.run(tito_command)"
+    code = "import typer; from envhub.adapters.tito.cli import tito_command; typer.run(tito_command)"
     proc = subprocess.Popen([sys.executable, "-c", code, "--model", f"hf:{build_tiny_model()}", "--port", str(port),
                              "--max-tokens", "4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})

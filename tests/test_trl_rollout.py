@@ -40,7 +40,7 @@ def test_grpo_trainer_runs_two_steps_on_envhub_episodes(tmp_path: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from envhub.trainer.tiny import build_tiny_model
+    from envhub.adapters.engines.tiny import build_tiny_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     path = build_tiny_model()
@@ -121,7 +121,7 @@ def test_tasks_with_identical_prompts_are_each_played_within_the_budget(tmp_path
     from sandbox_fixtures import require_backend
     from transformers import AutoModelForCausalLM
 
-    from envhub.trainer.tiny import build_tiny_model
+    from envhub.adapters.engines.tiny import build_tiny_model
 
     require_backend("bwrap")  # code repair runs only in an isolating sandbox
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

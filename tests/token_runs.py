@@ -26,7 +26,7 @@ def smollm2_tokenizer() -> Any:
     """SmolLM2's tokenizer with envhub's tool-aware template (the tiny test model's tokenizer)."""
     from transformers import AutoTokenizer
 
-    from envhub.trainer.tiny import build_tiny_model
+    from envhub.adapters.engines.tiny import build_tiny_model
 
     return AutoTokenizer.from_pretrained(str(build_tiny_model()))
 
@@ -39,11 +39,11 @@ def scripted_token_run(out_dir: str | Path, *, env_id: str = "envhub/Computation
     answer goes straight to ``answer``. The env's budget is 2 turns, so a policy that never
     answers ends as ``budget_exhausted``.
     """
-    from envhub.adapters.engine import SamplingParams
+    from envhub.adapters.engines import SamplingParams
+    from envhub.adapters.engines.scripted import ScriptedEngine
     from envhub.adapters.model_policy import ModelPolicy
     from envhub.registry import make
     from envhub.rollout import plan_episodes, run_rollouts
-    from envhub.trainer.engines.scripted import ScriptedEngine
 
     tokenizer = tokenizer or smollm2_tokenizer()
     env = make(env_id, split="train")

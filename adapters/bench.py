@@ -4,7 +4,7 @@ Both sides build the same multi-turn episodes (each on a different computation t
 tokenizer and tool-aware template; the model's turns are pre-tokenized so that only trajectory
 building is timed:
 
-* **incremental** (what envhub does): the real :class:`~envhub.trainer.model_policy.ModelAgent`
+* **incremental** (what envhub does): the real :class:`~envhub.adapters.model_policy.ModelAgent`
   renders the prompt once, then per turn appends the sampled ids and the env reply's tokens;
 * **re-templating** (the baseline, measured in the same run): per turn, ``apply_chat_template``
   over the whole history, tokenized, as a pipeline that keeps only messages must do.
@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from envhub.adapters.chat_format import ChatMLFormat, message_dicts
-from envhub.adapters.engine import GenerateResult, SamplingParams
+from envhub.adapters.engines import GenerateResult, SamplingParams
 from envhub.types import Message, Observation
 
 
@@ -151,7 +151,7 @@ def run_bench(out: Callable[[Any], None] = print, *, episodes: int = 20, turns: 
     8 turns (or the longest measured), a typical tool-using episode."""
     from transformers import AutoTokenizer
 
-    from envhub.trainer.models import prepare_tokenizer
+    from envhub.adapters.engines.models import prepare_tokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_tokenizer("smollm2-135m")))
     firsts = _first_observations(episodes)

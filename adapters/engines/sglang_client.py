@@ -26,7 +26,7 @@ temperature)``, unless the server runs with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``
 model's; the launcher removes that variable). They are **not** renormalized over the top-k / top-p
 set that the token was sampled from, so with ``top_p < 1`` or ``top_k > 0`` the recorded logprobs
 are not those of the truncated distribution that
-:class:`~envhub.adapters.engine.SamplingParams` describes (each is lower by the log of the kept
+:class:`~envhub.adapters.engines.SamplingParams` describes (each is lower by the log of the kept
 mass). :class:`SGLangEngine` warns once per engine when such a request is sent; for exact
 importance ratios sample with ``top_p=1`` and ``top_k=0``.
 """
@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envhub.adapters.engine import GenerateResult, SamplingParams
+from envhub.adapters.engines.base import GenerateResult, SamplingParams
 from envhub.errors import ContextOverflowError, EngineError
 
 
@@ -153,7 +153,7 @@ def parse_generate_response(body: dict[str, Any]) -> GenerateResult:
 
 
 class SGLangEngine:
-    """:class:`~envhub.adapters.engine.Engine` over a running SGLang server.
+    """:class:`~envhub.adapters.engines.Engine` over a running SGLang server.
 
     Each episode thread sends its own request; SGLang batches them on the server (continuous
     batching), so no client-side batching is needed. HTTP and server failures raise

@@ -11,7 +11,13 @@ import shutil
 from pathlib import Path
 
 from envhub.adapters.chat_format import ChatMLFormat
-from envhub.trainer.models import _write_marker, atomic_dir, cache_root, is_prepared, prepare_tokenizer
+from envhub.adapters.engines.models import (
+    _write_marker,
+    atomic_dir,
+    cache_root,
+    is_prepared,
+    prepare_tokenizer,
+)
 
 
 def tiny_model_dir(layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:

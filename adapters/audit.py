@@ -34,6 +34,7 @@ from typing import Annotated, Any
 import typer
 
 from envhub.adapters.chat_format import ChatFormat, chat_format_for, message_dicts
+from envhub.adapters.token_record import TokenRecord, is_sampled_logprob
 from envhub.store import read_jsonl, write_json_atomic
 from envhub.types import TrajectoryRecord
 
@@ -52,7 +53,7 @@ def _load_tokenizer(path: str) -> Any | None:
     """A tokenizer by path or model name (None when it cannot be loaded); the audit only reads it."""
     from transformers import AutoTokenizer
 
-    from envhub.trainer.models import resolve_model
+    from envhub.adapters.engines.models import resolve_model
 
     try:
         return AutoTokenizer.from_pretrained(str(resolve_model(path, prepare=False)))
@@ -87,7 +88,7 @@ def check_record(record: TrajectoryRecord, tokenizer: Any | None) -> list[Issue]
     if set(mask) - {0, 1}:
         fail("mask", f"mask values {sorted(set(mask) - {0, 1})} besides 0 and 1")
     for i, (m, lp) in enumerate(zip(mask, lps, strict=True)):
-        if m == 1 and not (math.isfinite(lp) and lp <= 0.0):
+        if m == 1 and not is_sampled_logprob(lp):
             fail("logprobs", f"position {i}: sampled token with logprob {lp}")
             break
         if m == 0 and lp != 0.0:
@@ -95,16 +96,18 @@ def check_record(record: TrajectoryRecord, tokenizer: Any | None) -> list[Issue]
             break
     if record.num_turns != len(record.turns):
         fail("turns", f"num_turns {record.num_turns} but {len(record.turns)} turns recorded")
-    seq: list[int] = []
-    seq_mask: list[int] = []
-    seq_lps: list[float] = []
+    # The response the turns add up to, built as the model policy builds it (lengths aside: a turn
+    # whose tokens and logprobs differ in number is a "lengths" error and adds its tokens with
+    # logprobs that cannot match).
+    rebuilt = TokenRecord(list(record.prompt_ids))
     last = len(record.turns) - 1
     for i, turn in enumerate(record.turns):
-        if len(turn.token_ids) != len(turn.logprobs):
+        if len(turn.token_ids) == len(turn.logprobs):
+            rebuilt.append_sampled(turn.token_ids, turn.logprobs)
+        else:
             fail("lengths", f"turn {i}: {len(turn.token_ids)} tokens but {len(turn.logprobs)} logprobs")
-        seq += turn.token_ids + turn.observation_ids
-        seq_mask += [1] * len(turn.token_ids) + [0] * len(turn.observation_ids)
-        seq_lps += list(turn.logprobs) + [0.0] * len(turn.observation_ids)
+            rebuilt.append_sampled(turn.token_ids, [math.nan] * len(turn.token_ids))
+        rebuilt.append_observation(turn.observation_ids)
         if i < last and not turn.observation_ids:
             fail("observation", f"turn {i}: the env's reply has no tokens, yet the episode went on")
         if i == last and turn.observation_ids:
@@ -119,6 +122,7 @@ def check_record(record: TrajectoryRecord, tokenizer: Any | None) -> list[Issue]
                 missing = [m.content[:60] for m in turn.observation if m.content not in reply]
                 if missing:
                     fail("observation", f"turn {i}: observation tokens lack the reply {missing[0]!r}")
+    seq, seq_mask, seq_lps = rebuilt.response_ids, rebuilt.response_mask, rebuilt.response_logprobs
     if (seq, seq_mask) != (list(ids), list(mask)):
         at = next((k for k, (a, b) in enumerate(zip(seq, ids, strict=False)) if a != b), min(len(seq), len(ids)))
         fail("turns", f"turns' sampled + observation tokens differ from the response at position {at} "
@@ -157,8 +161,8 @@ def drift(record: TrajectoryRecord, tokenizer: Any, fmt: ChatFormat) -> dict[str
 
 def mismatch(records: Iterable[TrajectoryRecord], model: Any) -> dict[str, Any]:
     """Recomputed against recorded logprobs of sampled tokens (the train/inference mismatch)."""
-    from envhub.adapters.engine import SamplingParams
-    from envhub.trainer.engines.transformers_engine import score_tokens
+    from envhub.adapters.engines import SamplingParams
+    from envhub.adapters.engines.transformers_engine import score_tokens
 
     deltas: list[float] = []
     for rec in records:
@@ -187,7 +191,7 @@ def audit_run(run: str | Path, model: str | None = None) -> dict[str, Any]:
     records = [TrajectoryRecord.model_validate(r) for r in read_jsonl(path)]
     model_dir: str | None = None
     if model is not None:
-        from envhub.trainer.models import resolve_model
+        from envhub.adapters.engines.models import resolve_model
 
         model_dir = str(resolve_model(model))
     tokenizers = _Tokenizers(model_dir)

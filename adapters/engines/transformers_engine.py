@@ -3,7 +3,7 @@
 Episode threads call :meth:`TransformersEngine.generate`, which queues the request and waits. The
 worker owns the model: it prefills newly arrived prompts together (left padding), merges them into
 the running batch at the next decode step (continuous batching over a shared KV cache), samples
-each row with its own :class:`~envhub.adapters.engine.SamplingParams`, and drops finished rows.
+each row with its own :class:`~envhub.adapters.engines.SamplingParams`, and drops finished rows.
 
 Positions are explicit (``position_ids`` count only real tokens) and padded key slots are masked, so
 a row's tokens and logprobs do not depend on which other rows shared its batch beyond float
@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from envhub.adapters.engine import GenerateResult, SamplingParams
+from envhub.adapters.engines.base import GenerateResult, SamplingParams
+from envhub.adapters.engines.sampling import processed_logprobs, sample, stop_string_hit
 from envhub.errors import ContextOverflowError, EngineError
-from envhub.trainer.engines.sampling import processed_logprobs, sample, stop_string_hit
 
 
 @dataclass

@@ -231,7 +231,7 @@ def prepare_command(
     t0 = time.monotonic()
     try:
         if name == "tiny":
-            from envhub.trainer.tiny import build_tiny_model
+            from envhub.adapters.engines.tiny import build_tiny_model
 
             path = build_tiny_model(force=force)
         else:

@@ -3,7 +3,7 @@
 Engines never see chat messages. The caller owns the token record (see the model policy), so
 whatever an engine returns is exactly what the model sampled, and what a trainer later scores.
 
-Backends live in :mod:`envhub.trainer.engines`: the in-process transformers engine, the SGLang
+Backends live in :mod:`envhub.adapters.engines`: the in-process transformers engine, the SGLang
 ``/generate`` client, and a scripted engine (a test double of a model).
 """
 

@@ -2,7 +2,7 @@
 
 Small random models never call tools, and the 135M model rarely does, yet the tool loop (sampled
 tool call, env reply as masked tokens, next turn, success) has to be exercised token for token.
-:class:`ScriptedEngine` implements :class:`~envhub.adapters.engine.Engine`: for each request it
+:class:`ScriptedEngine` implements :class:`~envhub.adapters.engines.Engine`: for each request it
 chooses a text (from a list, by the number of assistant turns in the prompt, or from a function
 of the decoded prompt), tokenizes it with the model's tokenizer and returns those ids, optionally
 followed by the end-of-turn token, with fixed logprobs. Everything after the engine -- the model
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from envhub.adapters.chat_format import ChatMLFormat
-from envhub.adapters.engine import GenerateResult, SamplingParams
+from envhub.adapters.engines.base import GenerateResult, SamplingParams
 from envhub.errors import EngineError
 
 Responder = Callable[[str], str]

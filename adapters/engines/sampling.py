@@ -1,4 +1,4 @@
-"""The sampling distribution of :class:`~envhub.adapters.engine.SamplingParams`, in one function.
+"""The sampling distribution of :class:`~envhub.adapters.engines.SamplingParams`, in one function.
 
 The in-process engine samples from :func:`processed_logprobs`, and the audit recomputes logprobs
 with the same function, so a mismatch the audit reports is numerical (batching, KV cache, kernels),

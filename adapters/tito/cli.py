@@ -1,7 +1,7 @@
 """``envhub tito --model hf:...|sglang:...``: the TITO session server for a model spec.
 
-The server itself is an adapter (:mod:`envhub.adapters.tito`); resolving a model spec into an engine
-and tokenizer is the trainer's business, so the command lives here.
+The model spec resolves through :func:`envhub.adapters.engines.specs.make_model_policy`, which
+gives the engine, the tokenizer and the chat format the server needs.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from envhub.adapters.tito import DEFAULT_MAX_TOKENS, TitoServer, create_app
-from envhub.trainer.model_policy import make_model_policy
+from envhub.adapters.engines.specs import make_model_policy
+from envhub.adapters.tito.http import create_app
+from envhub.adapters.tito.server import DEFAULT_MAX_TOKENS, TitoServer
 
 
 def build_server(model: str, *, max_context: int | None = None, default_max_tokens: int = DEFAULT_MAX_TOKENS,

@@ -1,7 +1,9 @@
 """``hf:PATH`` and ``sglang:URL`` policies: resolve the model and engine, then a :class:`ModelPolicy`.
 
-The token-in/token-out policy itself lives in :mod:`envhub.adapters.model_policy` (it builds token
-trajectories, an adapter's job); this module only knows where models and engines come from.
+The token-in/token-out policy itself lives in :mod:`envhub.adapters.model_policy`; this module only
+knows where models and engines come from. :func:`hf_policy` and :func:`sglang_policy` are the
+``hf`` and ``sglang`` kinds of :func:`envhub.policies.make_policy` (entry point group
+``envhub.policies`` in pyproject.toml), so core reaches them without importing adapters.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envhub.adapters.engine import Engine, SamplingParams
+from envhub.adapters.engines.base import Engine, SamplingParams
 from envhub.adapters.model_policy import DEFAULT_SAMPLING, ModelPolicy
 
 _SAMPLING_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
@@ -40,7 +42,7 @@ def make_model_policy(prefix: str, target: str, **options: Any) -> ModelPolicy:
     hf: ``max_batch_size``, ``device``, ``threads`` (torch intra-op threads on CPU, default 1;
     0 keeps torch's default), ``weight_version``; sglang: ``tokenizer`` (a tokenizer dir when the
     server's model path is not readable here), ``timeout``; and ``engine`` (an
-    :class:`~envhub.adapters.engine.Engine` to use instead of building one; the tokenizer then
+    :class:`~envhub.adapters.engines.Engine` to use instead of building one; the tokenizer then
     comes from ``target``).
     """
     target, spec_options = _split_target(target)
@@ -62,6 +64,16 @@ def make_model_policy(prefix: str, target: str, **options: Any) -> ModelPolicy:
     raise ValueError(f"unknown model policy prefix {prefix!r}; use hf: or sglang:")
 
 
+def hf_policy(target: str, **options: Any) -> ModelPolicy:
+    """``make_policy("hf:PATH_OR_NAME", ...)`` (see :func:`make_model_policy`)."""
+    return make_model_policy("hf", target, **options)
+
+
+def sglang_policy(target: str, **options: Any) -> ModelPolicy:
+    """``make_policy("sglang:URL", ...)`` (see :func:`make_model_policy`)."""
+    return make_model_policy("sglang", target, **options)
+
+
 def _load_tokenizer(path: str | Path) -> Any:
     from transformers import AutoTokenizer
 
@@ -70,14 +82,14 @@ def _load_tokenizer(path: str | Path) -> Any:
 
 def _hf_policy(target: str, params: SamplingParams, engine: Engine | None, max_context: int | None,
                options: dict[str, Any]) -> ModelPolicy:
-    from envhub.trainer.models import resolve_model
+    from envhub.adapters.engines.models import resolve_model
 
     path = resolve_model(target)
     tokenizer = _load_tokenizer(path)
     if engine is None:
         import torch
 
-        from envhub.trainer.engines.transformers_engine import TransformersEngine
+        from envhub.adapters.engines.transformers_engine import TransformersEngine
 
         device = options.pop("device", "cpu")
         from_pretrained_kw = {k: options.pop(k) for k in ("max_batch_size", "weight_version") if k in options}
@@ -95,7 +107,7 @@ def _hf_policy(target: str, params: SamplingParams, engine: Engine | None, max_c
 
 def _sglang_policy(url: str, params: SamplingParams, engine: Engine | None, max_context: int | None,
                    options: dict[str, Any]) -> ModelPolicy:
-    from envhub.trainer.engines.sglang_client import SGLangEngine
+    from envhub.adapters.engines.sglang_client import SGLangEngine
 
     tokenizer_path = options.pop("tokenizer", None)
     if engine is None:
@@ -105,7 +117,7 @@ def _sglang_policy(url: str, params: SamplingParams, engine: Engine | None, max_
         tokenizer_path = info.get("tokenizer_path") or info.get("model_path")
         if not tokenizer_path:
             raise ValueError("sglang: the server does not report its tokenizer path; pass ?tokenizer=DIR")
-    from envhub.trainer.models import resolve_model
+    from envhub.adapters.engines.models import resolve_model
 
     tokenizer_dir = resolve_model(str(tokenizer_path))
     _reject_unknown(options)
