@@ -136,7 +136,7 @@ def parse_address(address: str) -> tuple[str, int]:
     host, sep, port = str(address).rpartition(":")
     host = host.strip("[]") if sep else "127.0.0.1"
     if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
-        raise ValueError(f"--metrics-port expects PORT or HOST:PORT (port 0-65535), got {address!r}")
+        raise ValueError(f"a metrics address is PORT or HOST:PORT (port 0-65535), not {address!r}")
     return host, int(port)
 
 
@@ -149,3 +149,14 @@ def _load_collectors() -> list[Any]:
         except ImportError:  # that part is not installed: its series are absent, the rest still serve
             continue
     return out
+
+
+def serve_rollout(env_id: str, policy: Any, address: str, *, planned: int,
+                  echo: Callable[[str], object] = print) -> tuple[Any, Callable[[Any], None], Callable[[], None]]:
+    """For ``envhub rollout --metrics-port``: start serving, and return (the counting policy, the
+    ``on_episode`` callback, stop). ValueError for a bad address, OSError when the port is taken."""
+    metrics = RolloutMetrics(env_id, planned=planned)
+    host, port, stop = metrics.serve(address)
+    echo(f"metrics: http://{host}:{port}/metrics")
+    return metrics.policy(policy), metrics.on_episode, stop
+

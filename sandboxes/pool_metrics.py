@@ -18,6 +18,8 @@ class PoolCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with pool._shared_lock:
             pools = [p for p in pool._shared.values() if not p._closed]
+        count = GaugeMetricFamily("envhub_sandbox_pools", "pools (one per backend and sandbox spec)",
+                                  labels=["backend"])
         size = GaugeMetricFamily("envhub_sandbox_pool_size", "idle sandboxes a pool keeps warm", labels=["backend"])
         idle = GaugeMetricFamily("envhub_sandbox_pool_idle", "idle sandboxes now", labels=["backend"])
         counters = {
@@ -27,14 +29,16 @@ class PoolCollector(Collector):
         }
         per_backend: dict[str, list[int]] = {}
         for p in pools:
-            row = per_backend.setdefault(p.backend, [0, 0, 0, 0, 0])
-            for i, value in enumerate((p.size, p.idle, p.stats.created, p.stats.reused, p.stats.replaced)):
+            row = per_backend.setdefault(p.backend, [0, 0, 0, 0, 0, 0])
+            for i, value in enumerate((1, p.size, p.idle, p.stats.created, p.stats.reused, p.stats.replaced)):
                 row[i] += value
-        for backend, (n_size, n_idle, created, reused, replaced) in sorted(per_backend.items()):
+        for backend, (n_pools, n_size, n_idle, created, reused, replaced) in sorted(per_backend.items()):
+            count.add_metric([backend], n_pools)
             size.add_metric([backend], n_size)
             idle.add_metric([backend], n_idle)
             for name, value in (("created", created), ("reused", reused), ("replaced", replaced)):
                 counters[name].add_metric([backend], value)
+        yield count
         yield size
         yield idle
         yield from counters.values()
