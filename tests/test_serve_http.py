@@ -223,3 +223,25 @@ def test_tool_call_formats_match_local_env(client: TestClient):
                          headers={SESSION_HEADER: sid}).json()
     assert remote["observation"]["verdict"] == local.verdict.model_dump(mode="json")
     client.delete(f"/envhub/sessions/{sid}")
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 1000 + b"]" * 1000,                                           # a RecursionError used to escape
+    b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "tools/list"}',     # the reply could not be encoded
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/\\udfff"}',
+])
+def test_mcp_answers_hostile_json_with_a_parse_error_not_a_500(body: bytes):
+    app = create_app(ENV_ID, ServerConfig(max_sessions=3, session_ttl_s=60))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/mcp", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 200, r.text
+        assert r.json()["error"]["code"] == -32700
+        assert c.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).json()["result"]["tools"]
+
+
+def test_a_body_nested_past_the_stack_is_invalid_json():
+    app = create_app(ENV_ID, ServerConfig(max_sessions=3, session_ttl_s=60))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/reset", content=b'{"task_id": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+                   headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["code"] == "INVALID_JSON", r.text

@@ -154,6 +154,8 @@ def test_dropped_session_is_reclaimed_after_the_ttl(url: str):
     ('{"type": "reset", "data": {"task_id": "bogus"}}', "UNKNOWN_TASK"),
     ('{"type": "step", "data": {"text": "x"}}', "EPISODE_NOT_RUNNING"),
     ('{"type": "gold"}', "FORBIDDEN"),
+    ('{"type": "step", "data": ' + "[" * 990 + "]" * 990 + "}", "INVALID_JSON"),  # deeper than parsing allows
+    ('{"type": "step", "data": {"text": "\\ud800"}}', "INVALID_JSON"),  # a lone surrogate: no reply could carry it
 ])
 def test_bad_messages_get_error_replies_and_the_connection_lives(url: str, message: str, code: str):
     with open_ws(url) as ws:

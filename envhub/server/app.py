@@ -22,7 +22,6 @@ capacity 503 with ``Retry-After``. A 5xx means a bug in envhub or in the env.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -36,8 +35,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import envhub
 from envhub.env import Env
+from envhub.server import jsontext
 from envhub.server.edge import Edge
 from envhub.server.hub import Hub, ServerConfig, registry_factory
+from envhub.server.jsontext import AsciiJSONResponse
 from envhub.server.mcp import PARSE_ERROR, check_request, error
 from envhub.server.models import (
     SESSION_HEADER,
@@ -109,6 +110,7 @@ def create_app(env: str | Callable[[], Env], config: ServerConfig | None = None)
         description=f"OpenEnv-compatible server for `{hub.env_id}` (envhub {envhub.__version__}). "
                     "See docs/serving.md.",
         lifespan=lifespan,
+        default_response_class=AsciiJSONResponse,
     )
     app.state.hub = hub
     _install_error_handlers(app)
@@ -145,9 +147,15 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"code": "VALIDATION_ERROR", "message": f"invalid request: {detail}",
                              "errors": errors}, status_code=422)
 
+    @app.exception_handler(RecursionError)
+    async def too_deep(_: Request, exc: RecursionError) -> JSONResponse:  # a body nested past the stack
+        return AsciiJSONResponse({"code": "INVALID_JSON", "message": "the body is nested too deeply"},
+                                 status_code=400)
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
+        # FastAPI raises 400 only when it cannot parse a body (e.g. nested past the stack)
+        code = {400: "INVALID_JSON", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
         return JSONResponse({"code": code, "message": str(exc.detail)}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
@@ -285,9 +293,9 @@ async def _mcp_http(hub: Hub, request: Request) -> Response:
         if session is None:  # MCP's rule: an unknown session id is a 404, and the client re-initializes
             raise ProtocolError("SESSION_NOT_FOUND", "unknown or expired session id", 404)
     try:
-        payload = json.loads(await request.body())
-    except ValueError:
-        return JSONResponse(error(PARSE_ERROR, "parse error: the body is not JSON"))
+        payload = jsontext.parse(await request.body())
+    except ValueError as exc:
+        return AsciiJSONResponse(error(PARSE_ERROR, f"parse error: {exc}"))
     rpc, bad = check_request(payload)
     if rpc is None:
         return JSONResponse(bad)
@@ -295,7 +303,7 @@ async def _mcp_http(hub: Hub, request: Request) -> Response:
     if outcome.response is None:
         return Response(status_code=202)
     headers = {"Mcp-Session-Id": outcome.new_session} if outcome.new_session else None
-    return JSONResponse(outcome.response, headers=headers)
+    return AsciiJSONResponse(outcome.response, headers=headers)
 
 
 # ---- envhub's routes -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any
 
 from fastapi import WebSocket
 
+from envhub.server import jsontext
 from envhub.server.hub import Hub
 from envhub.server.mcp import check_request
 from envhub.server.models import SESSION_HEADER, SESSION_QUERY, step_result_json
@@ -131,7 +132,7 @@ async def _serve(hub: Hub, websocket: WebSocket, session: Session) -> bool:
 async def _handle(hub: Hub, session: Session, text: str) -> tuple[str | None, str, bool, bool]:
     """One client message -> (reply, route label, ok, session ended)."""
     try:
-        msg = json.loads(text)
+        msg = jsontext.parse(text)
     except ValueError as exc:
         return _error("INVALID_JSON", f"Invalid JSON: {exc}"), "other", False, False
     if not isinstance(msg, dict):
