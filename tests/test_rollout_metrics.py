@@ -80,7 +80,8 @@ def test_a_running_rollout_is_scraped(tmp_path):
     value = {name: families[name][0].value for name in LABELS if len(families[name]) == 1}
     assert value["envhub_rollout_strict_success_ratio"] == 1.0
     assert value["envhub_rollout_episodes_planned"] == episodes
-    assert 0 <= value["envhub_rollout_episodes_in_flight"] <= 2
+    # Started and not yet recorded: the worker threads may finish episodes faster than they are recorded.
+    assert 0 <= value["envhub_rollout_episodes_in_flight"] <= episodes - done
     assert value["envhub_rollout_tool_calls"] == 2 * done
     classes = {s.labels["outcome_class"] for s in families["envhub_rollout_episode_seconds"]}
     assert classes == {c.value for c in OutcomeClass}
