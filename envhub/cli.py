@@ -83,6 +83,8 @@ def rollout(
     remote: Annotated[str | None, typer.Option(help="drive the env served at this URL (envhub serve)")] = None,
     token: Annotated[str | None, typer.Option(envvar="ENVHUB_TOKEN", help="bearer token for --remote")] = None,
     progress: bool = True,
+    metrics_port: Annotated[str | None, typer.Option(help="serve Prometheus /metrics at PORT or HOST:PORT "
+                                                          "while the run lasts (0: a free port)")] = None,
 ) -> None:
     """Run episodes; resumable: rerunning with the same --out skips finished episodes."""
     from envhub.policies import make_policy
@@ -101,6 +103,14 @@ def rollout(
     except (ValueError, ImportError) as exc:
         raise _fail(str(exc)) from None
     env_kwargs = {"sandbox": sandbox, **_parse_kv(env_arg)}
+    on_metrics, stop_metrics = None, None
+    if metrics_port is not None:
+        try:
+            from envhub.metrics import serve_rollout
+
+            pol, on_metrics, stop_metrics = serve_rollout(env_id, pol, metrics_port, planned=episodes, echo=err.print)
+        except (ImportError, ValueError, OSError) as exc:
+            raise _fail(f"--metrics-port: {exc}") from None
     bar, task = None, None
     if progress and episodes > 1:
         from rich.progress import Progress
@@ -112,7 +122,8 @@ def rollout(
         result = run_rollouts(
             env_id, pol, out_dir=out, episodes=episodes, group_size=group_size, seed=seed,
             concurrency=concurrency, split=split, env_kwargs=env_kwargs, env_factory=env_factory,
-            on_episode=(lambda _r: bar.advance(task)) if bar is not None and task is not None else None,
+            on_episode=_chain((lambda _r: bar.advance(task)) if bar is not None and task is not None else None,
+                              on_metrics),
         )
     except (ValueError, PermissionError, TypeError) as exc:
         raise _fail(str(exc)) from None
@@ -123,6 +134,8 @@ def rollout(
     finally:
         if bar is not None:
             bar.stop()
+        if stop_metrics is not None:
+            stop_metrics()
     console.print(render_table(result.report))
     if result.skipped:
         console.print(f"resumed: {result.skipped} episodes were already in {result.trajectories}")
@@ -198,6 +211,19 @@ def verify(
             for v in row["violations"][:3]:
                 err.print(f"[red]violation[/] {name} on {v['task_id']}: {v['outcome']}: {v['detail'][:200]}")
         raise typer.Exit(1)
+
+
+def _chain(*callbacks: Callable[[Any], object] | None) -> Callable[[Any], None] | None:
+    """One ``on_episode`` callback calling each given one in order; None when none is given."""
+    live = [c for c in callbacks if c is not None]
+    if not live:
+        return None
+
+    def call(value: Any) -> None:
+        for c in live:
+            c(value)
+
+    return call
 
 
 def _write_out(path: Path, write: Callable[[], object]) -> None:
@@ -340,6 +366,8 @@ SUBCOMMANDS = [
     ("envhub.server.cli", "serve_command", "serve"),
     ("envhub.trainer.models", "models_app", "models"),
     ("envhub.trainer.audit", "audit_command", "audit"),
+    ("envhub.report_html", "report_command", "report"),
+    ("envhub.profile", "profile_command", "profile"),
 ]
 
 
