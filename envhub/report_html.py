@@ -317,6 +317,9 @@ def report_command(
     except RunDirError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    except ImportError as exc:  # matplotlib: the report extra
+        typer.echo(f"error: the report needs matplotlib ({exc}); pip install 'envhub[report]'", err=True)
+        raise typer.Exit(2) from None
     except OSError as exc:
         typer.echo(f"error: cannot write the report: {exc.strerror or exc}", err=True)
         raise typer.Exit(1) from None
