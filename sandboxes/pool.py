@@ -247,6 +247,12 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+def open_pools() -> list[SandboxPool]:
+    """The process-wide pools that are open now (a snapshot, e.g. for metrics)."""
+    with _shared_lock:
+        return [p for p in _shared.values() if not p._closed]
+
+
 def shared_pool(backend: str, spec: SandboxSpec | None = None, size: int = 2) -> SandboxPool:
     """The process-wide pool for (backend, spec), created on first use without pre-starting:
     the first episodes pay a cold start, later ones get a reset sandbox."""

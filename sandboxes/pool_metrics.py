@@ -16,8 +16,7 @@ from envhub.sandboxes import pool
 
 class PoolCollector(Collector):
     def collect(self) -> Iterator[Metric]:
-        with pool._shared_lock:
-            pools = [p for p in pool._shared.values() if not p._closed]
+        pools = pool.open_pools()
         count = GaugeMetricFamily("envhub_sandbox_pools", "pools (one per backend and sandbox spec)",
                                   labels=["backend"])
         size = GaugeMetricFamily("envhub_sandbox_pool_size", "idle sandboxes a pool keeps warm", labels=["backend"])
