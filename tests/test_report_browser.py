@@ -3,6 +3,8 @@ error, every image loads, nothing model-written runs, and a screenshot is kept i
 
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 from cdp import chromium, load_page
@@ -30,8 +32,12 @@ PROBE = """JSON.stringify({
 
 
 def test_report_renders_in_chromium(tmp_path):
+    """CI sets ENVHUB_CI_ARTIFACTS: the run, its report and the screenshot are kept there."""
     require_backend("bwrap")
-    run = tmp_path / "run"
+    artifacts = os.environ.get("ENVHUB_CI_ARTIFACTS")
+    run = Path(artifacts) / "report-run" if artifacts else tmp_path / "run"
+    if run.exists():
+        shutil.rmtree(run)
     result = mixed_rollout(run)
     assert result.report["by_class"]["infra_failure"] > 0 and result.report["by_outcome"]["success"] > 0
     files = write_report(run)
