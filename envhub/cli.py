@@ -334,7 +334,7 @@ BENCHES = {
     "search": "envhub.tasks.retrieval.bench:run_bench",
     "verify": "envhub.tasks.code_repair.bench:run_bench",
     "serve": "envhub.server.bench:run_bench",
-    "trajectory": "envhub.trainer.bench:run_bench",
+    "trajectory": "envhub.adapters.bench:run_bench",
 }
 
 
@@ -362,10 +362,10 @@ SUBCOMMANDS = [
     ("envhub.sandboxes.cli", "app", "sandbox"),
     ("envhub.scaffold", "new_env_command", "new-env"),
     ("envhub.adapters.export", "export_command", "export"),
-    ("envhub.trainer.tito_cli", "tito_command", "tito"),
+    ("envhub.adapters.tito.cli", "tito_command", "tito"),
     ("envhub.server.cli", "serve_command", "serve"),
-    ("envhub.trainer.models", "models_app", "models"),
-    ("envhub.trainer.audit", "audit_command", "audit"),
+    ("envhub.adapters.engines.models", "models_app", "models"),
+    ("envhub.adapters.audit", "audit_command", "audit"),
     ("envhub.report_html", "report_command", "report"),
     ("envhub.profile", "profile_command", "profile"),
 ]
