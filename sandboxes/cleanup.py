@@ -73,7 +73,8 @@ _reaper: threading.Thread | None = None
 _reaper_lock = threading.Lock()
 #: backend -> "module:function" that removes what dead envhub processes of that backend left;
 #: imported lazily, so this module depends on no backend.
-START_SWEEPS: dict[str, str] = {"docker": "envhub.sandboxes.leftovers:sweep_dead_owners"}
+START_SWEEPS: dict[str, str] = {"docker": "envhub.sandboxes.leftovers:sweep_dead_owners",
+                                 "process": "envhub.sandboxes.process_backend:sweep_dead_scratch"}
 _start_swept: set[str] = set()
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: The most a signal handler waits for the cleanup before the signal goes on regardless.

@@ -26,8 +26,7 @@ import os
 import socket
 from typing import Any
 
-from envhub.sandboxes.docker_backend import _force_remove
-from envhub.sandboxes.dockerapi import LABEL_HOST, LABEL_OWNED, LABEL_PID, docker_client
+from envhub.sandboxes.dockerapi import LABEL_HOST, LABEL_OWNED, LABEL_PID
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +73,9 @@ def owner_gone(labels: dict[str, str], created: float) -> bool:
 def sweep_dead_owners(client: Any | None = None) -> int:
     """Remove the stopped containers of dead envhub owners on this host (see the module
     docstring); returns how many this call removed."""
+    from envhub.sandboxes.docker_backend import _force_remove
+    from envhub.sandboxes.dockerapi import docker_client
+
     client = client or docker_client()
     rows = client.api.containers(all=True, filters={"label": f"{LABEL_OWNED}=1", "status": list(STOPPED_STATES)})
     gone = [row["Id"] for row in rows

@@ -11,6 +11,7 @@ It exists so that envhub works on a machine with neither Docker nor bubblewrap, 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +21,8 @@ import warnings
 from envhub.sandboxes import cleanup, fsops
 from envhub.sandboxes.base import SandboxSpec
 from envhub.sandboxes.channel import PipeTransport, Transport
+from envhub.sandboxes.dockerapi import owner_labels
+from envhub.sandboxes.leftovers import owner_gone
 from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
 
 _warned = False
@@ -50,12 +53,42 @@ def _user_process_count() -> int:
     return count
 
 
+SCRATCH_PREFIX = "envhub-proc-"
+OWNER_FILE = "owner.json"
+
+
+def sweep_dead_scratch(root: str | None = None) -> int:
+    """Remove the scratch directories of process sandboxes whose envhub process is gone (a
+    ``kill -9`` runs no cleanup): the same owner rules as docker's leftovers, with the owner file's
+    time as the creation time. A directory without an owner file is left alone. Returns how many."""
+    removed = 0
+    root = root or tempfile.gettempdir()
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if not name.startswith(SCRATCH_PREFIX):
+            continue
+        try:
+            with open(os.path.join(path, OWNER_FILE)) as fh:
+                labels = json.load(fh)
+            created = os.stat(os.path.join(path, OWNER_FILE)).st_mtime
+        except (OSError, ValueError):
+            continue
+        if isinstance(labels, dict) and owner_gone({str(k): str(v) for k, v in labels.items()}, created):
+            fsops.wipe(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            removed += 1
+    return removed
+
+
 class ProcessSandbox(ResidentSandbox):
     backend = "process"
 
     def __init__(self, spec: SandboxSpec | None = None) -> None:
         super().__init__(spec)
-        self._base = tempfile.mkdtemp(prefix="envhub-proc-")
+        self._base = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
+        with open(os.path.join(self._base, OWNER_FILE), "w") as fh:  # for the sweep after a kill -9
+            json.dump(owner_labels(), fh)
         self.workdir = os.path.join(self._base, "work")
         self._home = os.path.join(self._base, "home")
         os.makedirs(self.workdir)

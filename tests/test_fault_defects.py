@@ -298,3 +298,34 @@ def test_resuming_with_another_group_size_is_refused(tmp_path):
     with pytest.raises(ValueError, match="group_size"):
         run_rollouts("envhub/Computation-v0", policy, episodes=4, group_size=2, out_dir=out,
                      env_kwargs={"sandbox": "process"})
+
+
+KILLED_HOLDER = """
+import os, sys, time
+from envhub.sandboxes import SandboxSpec, create_sandbox
+sb = create_sandbox("process", SandboxSpec(), pooled=False)
+sb.exec(["true"])
+print(os.path.dirname(sb.workdir), flush=True)
+time.sleep(60)
+"""
+
+
+def test_scratch_dirs_of_a_killed_process_sandbox_are_swept_at_the_next_start(tmp_path):
+    """kill -9 runs no cleanup: the next process sandbox anywhere on the machine removes what a
+    dead owner left, never a live process's directory."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    holder = subprocess.Popen([sys.executable, "-c", KILLED_HOLDER], stdout=subprocess.PIPE, text=True, env=env)
+    dead = Path(holder.stdout.readline().strip())
+    assert dead.is_dir() and dead.parent == tmp_path
+    holder.kill()
+    holder.wait()
+    live = subprocess.Popen([sys.executable, "-c", KILLED_HOLDER], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        alive = Path(live.stdout.readline().strip())  # its own start swept the dead one's
+        assert alive.is_dir() and not dead.exists()
+        again = subprocess.run([sys.executable, "-c", KILLED_HOLDER.replace("time.sleep(60)", "")], env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and alive.is_dir()  # a live owner's directory stays
+    finally:
+        live.kill()
+        live.wait()
