@@ -99,7 +99,10 @@ def _smoke(backend: str, fix: str) -> BackendStatus:
                              "sudo apt-get install python3")
     detail = f"python {result.stdout.strip()}"
     if not pytest.ok:
-        detail += "; pytest missing (code-repair tasks need it: sudo apt-get install python3-pytest)"
+        detail += "; pytest missing (code-repair agents run visible tests with it: sudo apt-get install python3-pytest)"
+    if backend == "bwrap":  # what docker has and bwrap does not: auto picks docker first for that
+        detail += ("; memory is capped per process, not per sandbox, and no seccomp filter applies: "
+                   "prefer docker for untrusted code")
     return BackendStatus(backend, True, detail=detail)
 
 

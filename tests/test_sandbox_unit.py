@@ -282,6 +282,9 @@ def test_doctor_reports_every_backend_with_a_fix() -> None:
     assert [s.name for s in statuses] == ["docker", "bwrap", "process"]
     for status in statuses:
         assert status.ok or (status.reason and status.fix), status
+    bwrap = statuses[1]
+    if bwrap.ok:  # what bwrap cannot bound is said where people choose a backend
+        assert "per process" in bwrap.detail and "seccomp" in bwrap.detail and "prefer docker" in bwrap.detail
 
 
 # ---- cleanup --------------------------------------------------------------------------------
