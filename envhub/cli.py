@@ -8,11 +8,87 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="envhub: environments and rewards for agent RL")
+#: Command groups and commands that live beside the code they drive: name -> (module, attribute,
+#: one-line help). They are imported only when run (or asked for their own --help), so that
+#: ``envhub --help`` and the built-in commands never pay for their imports.
+SUBCOMMANDS = {
+    "new-env": ("envhub.scaffold", "new_env_command",
+                "Generate a task-family plugin package (entry point, task source, tools, verifier, suite)."),
+    "export": ("envhub.adapters.export", "export_command",
+               "Export a run's trajectories for an external trainer (veRL, slime, Miles, TRL, SkyRL, Parquet)."),
+    "tito": ("envhub.adapters.tito.cli", "tito_command",
+             "Serve a model as an OpenAI-compatible chat endpoint that records token-exact trajectories."),
+    "serve": ("envhub.server.cli", "serve_command",
+              "Serve ENV_ID over HTTP, WebSocket and MCP, compatible with OpenEnv's clients."),
+    "audit": ("envhub.adapters.audit", "audit_command",
+              "Token-fidelity audit of a run's trajectories; exits 1 if any trajectory has an error."),
+    "report": ("envhub.report_html", "report_command",
+               "Render a run as one self-contained HTML report, with its plots also written as PNG files."),
+    "profile": ("envhub.profile", "profile_command",
+                "pass@k per task (unbiased estimator); writes profile.json and curriculum.json."),
+    "sandbox": ("envhub.sandboxes.cli", "app", "Sandbox images, health and cleanup."),
+    "models": ("envhub.adapters.engines.models", "models_app",
+               "Local models (converted once into the envhub cache)."),
+}
+
+
+class _LazyGroup(TyperGroup):
+    """The top-level group: the commands of :data:`SUBCOMMANDS` are imported on first use."""
+
+    _listing = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *(n for n in SUBCOMMANDS if n not in self.commands)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in SUBCOMMANDS and cmd_name not in self.commands:
+            if self._listing:  # the group's own --help needs only the name and one line
+                return click.Command(cmd_name, help=SUBCOMMANDS[cmd_name][2])
+            self.add_command(_load_subcommand(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+
+def _load_subcommand(name: str) -> click.Command:
+    """The click command of a :data:`SUBCOMMANDS` entry; one whose optional dependency is missing
+    becomes a command that says so and exits 2."""
+    import importlib
+
+    module, attr, help_text = SUBCOMMANDS[name]
+    try:
+        sub = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        why = f"`envhub {name}` needs an optional dependency that is not installed: {exc}"
+
+        def missing() -> None:
+            raise _fail(why)
+
+        return click.Command(name, callback=missing, help=help_text, context_settings={
+            "ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []})
+    if isinstance(sub, typer.Typer):
+        command = typer.main.get_group(sub)
+    else:
+        holder = typer.Typer()
+        holder.command(name)(sub)
+        command = typer.main.get_command(holder)
+    command.name = name
+    return command
+
+
+app = typer.Typer(cls=_LazyGroup, no_args_is_help=True, add_completion=False,
+                  help="envhub: environments and rewards for agent RL")
 bench_app = typer.Typer(no_args_is_help=True, help="performance benchmarks")
 app.add_typer(bench_app, name="bench")
 tasks_app = typer.Typer(no_args_is_help=True, help="task sets: export to other harnesses")
@@ -54,17 +130,15 @@ def _spec(env_id: str) -> Any:
 def list_cmd() -> None:
     """Registered envs, their task counts per split, and what sandbox they need."""
     from envhub.registry import list_envs
+    from envhub.task_counts import task_counts
 
     table = Table("env", "train", "validation", "test", "sandbox", "description")
-    for spec in list_envs():
-        counts = ["?", "?", "?"]
-        try:
-            env = spec.load()(**spec.kwargs)
-            counts = [str(len(env.tasks.task_ids(s))) for s in ("train", "validation", "test")]
-            env.close()
-        except Exception as exc:  # one broken env must not hide the others
-            counts = [f"error: {exc!r}"[:40], "", ""]
-        table.add_row(spec.env_id, *counts, spec.sandbox, spec.description)
+    specs = list_envs()
+    counts = task_counts(specs)
+    for spec in specs:
+        row = counts[spec.env_id]
+        cells = [str(c) for c in row] if isinstance(row, list) else [f"error: {row}"[:40], "", ""]
+        table.add_row(spec.env_id, *cells, spec.sandbox, spec.description)
     console.print(table)
 
 
@@ -335,6 +409,7 @@ BENCHES = {
     "verify": "envhub.tasks.code_repair.bench:run_bench",
     "serve": "envhub.server.bench:run_bench",
     "trajectory": "envhub.adapters.bench:run_bench",
+    "cli": "envhub.cli_bench:run_bench",
 }
 
 
@@ -355,38 +430,6 @@ def _bench_command(name: str, target: str) -> None:
 
 for _name, _target in BENCHES.items():
     _bench_command(_name, _target)
-
-
-#: Command groups and commands that live beside the code they drive: (module, attribute, name).
-SUBCOMMANDS = [
-    ("envhub.sandboxes.cli", "app", "sandbox"),
-    ("envhub.scaffold", "new_env_command", "new-env"),
-    ("envhub.adapters.export", "export_command", "export"),
-    ("envhub.adapters.tito.cli", "tito_command", "tito"),
-    ("envhub.server.cli", "serve_command", "serve"),
-    ("envhub.adapters.engines.models", "models_app", "models"),
-    ("envhub.adapters.audit", "audit_command", "audit"),
-    ("envhub.report_html", "report_command", "report"),
-    ("envhub.profile", "profile_command", "profile"),
-]
-
-
-def _mount_optional() -> None:
-    """Mount sub-command apps; one whose optional dependencies are missing is left out."""
-    import importlib
-
-    for module, attr, name in SUBCOMMANDS:
-        try:
-            sub = getattr(importlib.import_module(module), attr)
-        except ImportError:
-            continue
-        if isinstance(sub, typer.Typer):
-            app.add_typer(sub, name=name)
-        else:
-            app.command(name)(sub)
-
-
-_mount_optional()
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class EnvSpec:
 _REGISTRY: dict[str, EnvSpec] = {}
 _lock = threading.RLock()
 _plugins_loaded = False
+_loaded_entry_points: set[str] = set()
 
 
 def register(
@@ -91,17 +93,40 @@ def list_envs() -> list[EnvSpec]:
 
 
 def load_plugins() -> None:
-    """Run every ``envhub.envs`` entry point once (built-in families use the same group)."""
+    """Run every ``envhub.envs`` entry point once (built-in families use the same group).
+
+    Registry lookups call this, so plugins load on first use. An entry point whose module is
+    still being imported (a plugin package that imports ``envhub`` from its own ``__init__``) is
+    not run now, which would hit its half-initialised module, but on the next lookup.
+    """
     global _plugins_loaded
     with _lock:
         if _plugins_loaded:
             return
-        _plugins_loaded = True
+        pending = False
         for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.value in _loaded_entry_points:
+                continue
+            if _being_imported(ep.value.partition(":")[0]):
+                pending = True
+                continue
+            _loaded_entry_points.add(ep.value)
             try:
                 ep.load()()
             except Exception as exc:  # a broken plugin must not break envhub for everyone
                 log.warning("envhub plugin %s (%s) failed to load: %r", ep.name, ep.value, exc)
+        _plugins_loaded = not pending
+
+
+def _being_imported(module: str) -> bool:
+    """Whether ``module`` or a package above it (other than envhub itself) is mid-import."""
+    parts = module.split(".")
+    for n in range(1, len(parts) + 1):
+        name = ".".join(parts[:n])
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        if name != "envhub" and getattr(spec, "_initializing", False):
+            return True
+    return False
 
 
 def _register_with_gymnasium(spec: EnvSpec) -> None:

@@ -64,6 +64,13 @@ def test_generated_plugin_installs_and_passes_its_own_suite(tmp_path):
     install = _pip("install", "--no-deps", "--no-build-isolation", "--no-index", "-q", str(scaffold.root))
     assert install.returncode == 0, install.stderr
     try:
+        # importing the plugin package first (it imports envhub) raises no false alarm, and the env
+        # is still registered on the first lookup
+        own_import = _run("-c", f"import {NAMES.package}; import envhub; "
+                                f"print({NAMES.env_id!r} in {{s.env_id for s in envhub.list_envs()}}); "
+                                f"envhub.make({NAMES.env_id!r}).close()", cwd=tmp_path)
+        assert own_import.returncode == 0, own_import.stderr
+        assert own_import.stderr == "" and own_import.stdout.strip() == "True"
         # a fresh interpreter: the env is found only through the installed entry point
         verify = _run("-m", "envhub.cli", "verify", NAMES.env_id, "--limit", "10", cwd=tmp_path)
         assert verify.returncode == 0, verify.stdout + verify.stderr

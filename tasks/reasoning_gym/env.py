@@ -157,6 +157,8 @@ class ReasoningGymEnv(Env):
     env_id = "envhub/ReasoningGym-v0"
     family = "reasoning_gym"
     version = "1"
+    #: the generated items depend on the installed reasoning-gym (see envhub.task_counts)
+    task_set_dependencies = ("reasoning-gym",)
     default_budget = Budget(max_turns=2, max_tool_calls=2, max_agent_seconds=300.0)
 
     def __init__(self, *, dataset: str = DEFAULT_DATASET, config: dict[str, Any] | None = None,
