@@ -35,7 +35,8 @@ import typer
 
 from envhub.adapters.chat_format import ChatFormat, chat_format_for, message_dicts
 from envhub.adapters.token_record import TokenRecord, is_sampled_logprob
-from envhub.store import read_jsonl, write_json_atomic
+from envhub.run_dir import Run
+from envhub.store import write_json_atomic
 from envhub.types import TrajectoryRecord
 
 MAX_ISSUES = 50
@@ -177,18 +178,10 @@ def mismatch(records: Iterable[TrajectoryRecord], model: Any) -> dict[str, Any]:
     return {"tokens": len(deltas), "mean_abs_delta": sum(deltas) / len(deltas), "max_abs_delta": max(deltas)}
 
 
-def _trajectories_path(run: str | Path) -> Path:
-    path = Path(run)
-    return path / "trajectories.jsonl" if path.is_dir() else path
-
-
 def audit_run(run: str | Path, model: str | None = None) -> dict[str, Any]:
     """Audit ``run`` (a rollout dir or its ``trajectories.jsonl``); ``model`` (a dir or a known
     name) also supplies the tokenizer and turns on the logprob recomputation."""
-    path = _trajectories_path(run)
-    if not path.is_file():
-        raise FileNotFoundError(f"no trajectories at {path}")
-    records = [TrajectoryRecord.model_validate(r) for r in read_jsonl(path)]
+    records = list(Run.at(run).require().records())
     model_dir: str | None = None
     if model is not None:
         from envhub.adapters.engines.models import resolve_model

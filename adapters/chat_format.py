@@ -4,7 +4,7 @@ A model policy renders the first prompt with the chat template once; after that 
 *appends*: the tokens the model sampled, and, for each env reply, the tokens of that reply written
 with the template's own role markers. :class:`ChatFormat` owns those markers, the tool-call
 instructions of the template and the stop token, so that the rendering here and the Jinja template
-stored with a model agree byte for byte (``tests/test_model_policy.py`` checks that they do).
+stored with a model agree byte for byte (``tests/adapters/test_model_policy.py`` checks that they do).
 
 Only the ChatML family (``<|im_start|>`` / ``<|im_end|>``: SmolLM2, Qwen2.5, Hermes) is supported;
 a new family is a new subclass registered in :data:`FORMATS`, nothing else changes.
@@ -207,7 +207,7 @@ class SegmentEncoder:
     cached: the system turn with its tool list is the same in every episode of an env, and a GRPO
     group shares its whole prompt. Used only when every added token is unnormalized and strips no
     whitespace (otherwise the cut would not be the library's); then it falls back to ``encode``.
-    ``tests/test_model_policy.py`` checks equality with ``encode`` on chat text.
+    ``tests/adapters/test_model_policy.py`` checks equality with ``encode`` on chat text.
     """
 
     def __init__(self, tokenizer: Tokenizer, cache_size: int = 4096) -> None:

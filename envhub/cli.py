@@ -32,7 +32,13 @@ SUBCOMMANDS = {
                "Render a run as one self-contained HTML report, with its plots also written as PNG files."),
     "profile": ("envhub.profile", "profile_command",
                 "pass@k per task (unbiased estimator); writes profile.json and curriculum.json."),
+    "train": ("envhub.trainer.cli", "train_command",
+              "Train a policy with the bundled trainer (SFT warm start and GRPO) from a YAML config."),
+    "verify": ("envhub.verifiers.cli", "verify_command",
+               "Run the env's verifier suite (gold, noop, attacks) or grade external submissions."),
     "sandbox": ("envhub.sandboxes.cli", "app", "Sandbox images, health and cleanup."),
+    "bench": ("envhub.bench_commands", "bench_app",
+              "Performance benchmarks, each against a baseline measured in the same run."),
     "models": ("envhub.adapters.engines.models", "models_app",
                "Local models (converted once into the envhub cache)."),
 }
@@ -61,16 +67,23 @@ class _LazyGroup(TyperGroup):
             self._listing = False
 
 
+#: The extra (``pip install 'envhub[EXTRA]'``) that brings what a :data:`SUBCOMMANDS` entry imports.
+SUBCOMMAND_EXTRAS = {"export": "integrations", "tito": "serve", "serve": "serve", "report": "report",
+                     "train": "train", "models": "train"}
+
+
 def _load_subcommand(name: str) -> click.Command:
     """The click command of a :data:`SUBCOMMANDS` entry; one whose optional dependency is missing
-    becomes a command that says so and exits 2."""
+    becomes a command that says which extra to install and exits 2."""
     import importlib
 
     module, attr, help_text = SUBCOMMANDS[name]
     try:
         sub = getattr(importlib.import_module(module), attr)
     except ImportError as exc:
-        why = f"`envhub {name}` needs an optional dependency that is not installed: {exc}"
+        extra = SUBCOMMAND_EXTRAS.get(name)
+        fix = f"pip install 'envhub[{extra}]'" if extra else "see the install section of README.md"
+        why = f"`envhub {name}` needs an optional dependency that is not installed ({exc}); install it: {fix}"
 
         def missing() -> None:
             raise _fail(why)
@@ -89,8 +102,6 @@ def _load_subcommand(name: str) -> click.Command:
 
 app = typer.Typer(cls=_LazyGroup, no_args_is_help=True, add_completion=False,
                   help="envhub: environments and rewards for agent RL")
-bench_app = typer.Typer(no_args_is_help=True, help="performance benchmarks")
-app.add_typer(bench_app, name="bench")
 tasks_app = typer.Typer(no_args_is_help=True, help="task sets: export to other harnesses")
 app.add_typer(tasks_app, name="tasks")
 # Piped output (logs, CI, tests) gets a wide console so ids and paths are never wrapped.
@@ -99,7 +110,10 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
+    """Print ``message`` as an error (as it is: brackets such as ``envhub[serve]`` are no markup)."""
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(code)
 
 
@@ -156,15 +170,23 @@ def rollout(
     env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
     remote: Annotated[str | None, typer.Option(help="drive the env served at this URL (envhub serve)")] = None,
     token: Annotated[str | None, typer.Option(envvar="ENVHUB_TOKEN", help="bearer token for --remote")] = None,
-    progress: bool = True,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help=(
+        "progress bar on stderr (default: when stderr is a terminal; ENVHUB_PROGRESS=1/0 overrides)"))] = None,
     metrics_port: Annotated[str | None, typer.Option(help="serve Prometheus /metrics at PORT or HOST:PORT "
                                                           "while the run lasts (0: a free port)")] = None,
+    backend: Annotated[str, typer.Option(help="local: episodes on threads of this process | ray: on Ray "
+                                              "actors (pip install 'envhub[ray]')")] = "local",
+    address: Annotated[str | None, typer.Option(help="--backend ray: the Ray cluster to join (default: "
+                                                     "RAY_ADDRESS, else a local one started for the run)")] = None,
 ) -> None:
     """Run episodes; resumable: rerunning with the same --out skips finished episodes."""
     from envhub.policies import make_policy
+    from envhub.progress import EpisodeProgress, interrupted_message, progress_wanted
     from envhub.report import render_table
     from envhub.rollout import RolloutOutputError, run_rollouts
+    from envhub.run_dir import Run
 
+    _check_backend(backend, address, remote, metrics_port)
     env_factory = None
     if remote:  # the server's env and split are used; env_id names it in the records
         from envhub.client import remote_env_factory
@@ -173,7 +195,7 @@ def rollout(
     else:
         _spec(env_id)
     try:
-        pol = make_policy(policy)
+        pol = make_policy(policy) if backend == "local" else None  # a Ray backend makes it in its workers
     except (ValueError, ImportError) as exc:
         raise _fail(str(exc)) from None
     env_kwargs = {"sandbox": sandbox, **_parse_kv(env_arg)}
@@ -185,20 +207,19 @@ def rollout(
             pol, on_metrics, stop_metrics = serve_rollout(env_id, pol, metrics_port, planned=episodes, echo=err.print)
         except (ImportError, ValueError, OSError) as exc:
             raise _fail(f"--metrics-port: {exc}") from None
-    bar, task = None, None
-    if progress and episodes > 1:
-        from rich.progress import Progress
-
-        bar = Progress(console=err, transient=True)
-        task = bar.add_task("episodes", total=episodes)
-        bar.start()
+    collector = _ray_collector(env_id, policy, split, env_kwargs, concurrency, address) if backend == "ray" else None
+    bar = EpisodeProgress(Run(out).trajectories_path, episodes, show=progress_wanted(progress))
     try:
-        result = run_rollouts(
-            env_id, pol, out_dir=out, episodes=episodes, group_size=group_size, seed=seed,
-            concurrency=concurrency, split=split, env_kwargs=env_kwargs, env_factory=env_factory,
-            on_episode=_chain((lambda _r: bar.advance(task)) if bar is not None and task is not None else None,
-                              on_metrics),
-        )
+        with bar:
+            result = run_rollouts(
+                env_id, pol, out_dir=out, episodes=episodes, group_size=group_size, seed=seed,
+                concurrency=concurrency, split=split, env_kwargs=env_kwargs, env_factory=env_factory,
+                collector=collector,
+                on_episode=_chain(bar.on_episode, on_metrics),
+            )
+    except KeyboardInterrupt:  # what finished is on disk; say so, and how to go on
+        err.print(interrupted_message(Run(out).trajectories_path, episodes), markup=False, highlight=False)
+        raise typer.Exit(130) from None
     except (ValueError, PermissionError, TypeError) as exc:
         raise _fail(str(exc)) from None
     except RolloutOutputError as exc:  # a full disk under --out: what is on disk is kept and said
@@ -206,85 +227,40 @@ def rollout(
     except OSError as exc:  # reading or opening the output failed (an I/O error)
         raise _fail(f"{exc.filename or out}: {exc.strerror or exc}", code=1) from None
     finally:
-        if bar is not None:
-            bar.stop()
         if stop_metrics is not None:
             stop_metrics()
     console.print(render_table(result.report))
+    if "ray" in result.report:
+        ray_stats = result.report["ray"]
+        console.print(f"ray: {ray_stats['workers']} workers, {ray_stats['deaths']} deaths, {ray_stats['restarts']} "
+                      f"restarts, {len(ray_stats['quarantined'])} quarantined, {ray_stats['redispatched']} re-dispatched")
     if result.skipped:
         console.print(f"resumed: {result.skipped} episodes were already in {result.trajectories}")
     console.print(f"wrote {result.trajectories} and {out / 'report.json'}")
 
 
-@app.command()
-def verify(
-    env_id: str,
-    tasks: Annotated[str | None, typer.Option(help="comma-separated task ids (default: a sample)")] = None,
-    split: Annotated[str, typer.Option(help="train, validation, test, or all")] = "test",
-    limit: Annotated[int, typer.Option(min=0, help="tasks to sample when --tasks is not given; 0 = all")] = 20,
-    cases: Annotated[str | None, typer.Option(help="comma-separated case names")] = None,
-    jobs: Annotated[int, typer.Option(min=1, help="envs grading in parallel")] = 2,
-    submissions: Annotated[Path | None, typer.Option(help="JSONL of {task_id, submission} to grade")] = None,
-    out: Annotated[Path | None, typer.Option(help="write the JSON result here")] = None,
-    sandbox: str = "auto",
-    env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
-) -> None:
-    """Run the env's verifier suite (gold, noop, attacks) or grade external submissions."""
-    from envhub.env import SPLITS
-    from envhub.registry import make
-    from envhub.store import write_json_atomic, write_text_atomic
-    from envhub.verifiers.suite import grade_submissions, run_suite
+def _check_backend(backend: str, address: str | None, remote: str | None, metrics_port: str | None) -> None:
+    """Exit 2 for a rollout backend that is not one, or options that do not go with it."""
+    if backend not in ("local", "ray"):
+        raise _fail(f"unknown --backend {backend!r}; choose local or ray")
+    if address is not None and backend != "ray":
+        raise _fail("--address is the Ray cluster of --backend ray")
+    if backend == "ray" and remote:
+        raise _fail("--remote drives a served env from this process; it does not combine with --backend ray")
+    if backend == "ray" and metrics_port is not None:
+        raise _fail("--metrics-port counts the policy's requests in this process; not available with --backend ray")
 
-    _spec(env_id)
-    splits = SPLITS if split == "all" else (split,)
-    kwargs = {"split": splits[0], "sandbox": sandbox, **_parse_kv(env_arg)}
 
-    def factory() -> Any:
-        return make(env_id, **kwargs)
+def _ray_collector(env_id: str, policy: str, split: str, env_kwargs: dict[str, Any], concurrency: int,
+                   address: str | None) -> Any:
+    """The rollout's :class:`~envhub.ray_backend.RayCollector`; exit 2 when it cannot start."""
+    from envhub.ray_backend import RayBackendError, RayCollector, RayEnvSpec
 
     try:
-        env = factory()  # checks the split and the env arguments before any work
-    except (ValueError, TypeError) as exc:
+        return RayCollector(RayEnvSpec(env_id, split=split, kwargs=env_kwargs), policy, concurrency=concurrency,
+                            address=address)
+    except (RayBackendError, ValueError) as exc:
         raise _fail(str(exc)) from None
-    if submissions is not None:
-        env.close()
-        numbered = _read_submissions(submissions)
-        graded = grade_submissions(factory, [row for _, row in numbered], jobs=jobs)
-        text = "".join(json.dumps(g) + "\n" for g in graded)
-        if out:
-            _write_out(out, lambda: write_text_atomic(out, text))
-        else:
-            sys.stdout.write(text)
-        _report_ungraded(submissions, [n for n, _ in numbered], graded)
-        return
-    if tasks is not None:
-        ids = [t.strip() for t in tasks.split(",") if t.strip()]
-        if not ids:
-            env.close()
-            raise _fail("--tasks names no task id")
-    else:
-        ids = [i for s in splits for i in env.tasks.task_ids(s)]
-    env.close()
-    if not tasks and limit:
-        ids = _stratified_sample(ids, limit)
-    try:
-        report = run_suite(factory, ids, cases=cases.split(",") if cases else None, jobs=jobs)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-    table = Table("case", "expect", "tasks", "as expected", "rate", "not applicable",
-                  title=f"verifier suite: {env_id}")
-    for name, row in report.by_case().items():
-        style = "red" if row["violations"] else "green"
-        table.add_row(name, row["expect"], str(row["tasks"]), str(row["as_expected"]),
-                      f"[{style}]{row['rate']:.3f}[/]", str(row["not_applicable"] or ""))
-    console.print(table)
-    if out:
-        _write_out(out, lambda: write_json_atomic(out, report.to_json()))
-    if report.violations:
-        for name, row in report.by_case().items():
-            for v in row["violations"][:3]:
-                err.print(f"[red]violation[/] {name} on {v['task_id']}: {v['outcome']}: {v['detail'][:200]}")
-        raise typer.Exit(1)
 
 
 def _chain(*callbacks: Callable[[Any], object] | None) -> Callable[[Any], None] | None:
@@ -298,57 +274,6 @@ def _chain(*callbacks: Callable[[Any], object] | None) -> Callable[[Any], None] 
             c(value)
 
     return call
-
-
-def _write_out(path: Path, write: Callable[[], object]) -> None:
-    """Run ``write``; a failure (full disk, no permission) is a message and exit 1, not a traceback."""
-    try:
-        write()
-    except OSError as exc:
-        raise _fail(f"cannot write {path}: {exc.strerror or exc}", code=1) from None
-
-
-def _stratified_sample(ids: list[str], limit: int) -> list[str]:
-    """Evenly spaced ids: deterministic, and it covers every kind of a sorted id list."""
-    if len(ids) <= limit:
-        return ids
-    ordered = sorted(ids)
-    step = len(ordered) / limit
-    return [ordered[int(i * step)] for i in range(limit)]
-
-
-def _read_submissions(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, row) for every non-blank line of a submissions file; exit 2 with the file
-    and line on a line that is not a JSON object, or when there is no submission at all."""
-    rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _fail(f"{path}:{n}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise _fail(f"{path}:{n}: each line must be a JSON object")
-        rows.append((n, row))
-    if not rows:
-        raise _fail(f"{path} holds no submissions (expected JSON lines of {{task_id, submission}})")
-    return rows
-
-
-def _report_ungraded(path: Path, line_numbers: list[int], graded: list[dict[str, Any]]) -> None:
-    """Name the lines that could not be graded on stderr; exit 1 when none could be."""
-    failed = [(n, g["error"]) for n, g in zip(line_numbers, graded, strict=True) if "error" in g]
-    for n, why in failed[:5]:
-        err.print(f"[yellow]not graded[/] {path}:{n}: {why}")
-    if len(failed) > 5:
-        err.print(f"[yellow]not graded[/] {len(failed) - 5} more lines of {path}")
-    if failed and len(failed) == len(graded):
-        raise _fail(f"none of the {len(graded)} submissions in {path} could be graded", code=1)
 
 
 @tasks_app.command("export")
@@ -382,61 +307,22 @@ def tasks_export(
     if exporter is None:
         raise _fail(f"{env_id} does not support Harbor export")
     if base_image is None:
-        from envhub.sandboxes import base_image_tag
+        from envhub.sandbox_door import sandbox_part
 
-        base_image = base_image_tag()
+        base_image = str(sandbox_part("base_image_tag")())
     ids = list(env.tasks.task_ids(split))
     ids = ids[:limit] if limit else ids
     written = exporter(ids, dest, base_image=base_image)
     console.print(f"wrote {len(written)} Harbor tasks to {dest}")
 
 
-@bench_app.command("env-step")
-def bench_env_step(
-    episodes: int = 200,
-    env_id: str = "envhub/Computation-v0",
-) -> None:
-    """In-process step latency (p50/p99) and episodes per second under the gold policy."""
-    from envhub.bench import bench_env_step as run
-
-    run(env_id=env_id, episodes=episodes, out=console.print)
-
-
-#: Benchmarks that live beside the code they measure: name -> "module:function(out=...) -> dict".
-BENCHES = {
-    "sandbox": "envhub.sandboxes.bench:run_bench",
-    "search": "envhub.tasks.retrieval.bench:run_bench",
-    "verify": "envhub.tasks.code_repair.bench:run_bench",
-    "serve": "envhub.server.bench:run_bench",
-    "trajectory": "envhub.adapters.bench:run_bench",
-    "cli": "envhub.cli_bench:run_bench",
-}
-
-
-def _bench_command(name: str, target: str) -> None:
-    def command() -> None:
-        import importlib
-
-        module, _, func = target.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), func)
-        except ImportError as exc:
-            raise _fail(f"the {name} benchmark needs an optional dependency: {exc}") from None
-        fn(out=console.print)
-
-    command.__doc__ = f"The {name} benchmark ({target})."
-    bench_app.command(name)(command)
-
-
-for _name, _target in BENCHES.items():
-    _bench_command(_name, _target)
-
-
 def main() -> None:
-    # Imported here, on the main thread, before any command runs, it installs the signal
-    # handlers: rollout, verify and serve start their sandboxes on worker threads, which cannot
-    # install them, so without this a SIGTERM or Ctrl-C would leave containers and scratch dirs behind.
-    from envhub.sandboxes import cleanup  # noqa: F401
+    # Installed here, on the main thread, before any command runs: rollout, verify and serve start
+    # their sandboxes on worker threads, which cannot install signal handlers, so without this a
+    # SIGTERM or Ctrl-C would leave containers and scratch dirs behind.
+    from envhub.sandbox_door import sandbox_part
+
+    sandbox_part("install_signal_handlers")()
 
     app()
 

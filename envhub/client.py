@@ -1,10 +1,12 @@
-"""``envhub.connect(url)``: a served env with the local env's API, for the rollout runner.
+"""``envhub.connect(url)``: a served env with the local env's API, for the episode collector.
 
 A :class:`RemoteEnv` holds one session on an ``envhub serve`` server over its WebSocket and
-offers what :mod:`envhub.rollout` uses of a local :class:`~envhub.env.Env`: ``reset``, ``step``,
-``abort``, ``close``, ``env_id``, ``version``, ``split``, ``tasks.task_ids(split)`` and
-``tasks.version``, ``gold_actions(task)``, and an ``episode`` view (task, messages, turns,
-verdict, metrics, done) rebuilt from the server's state.
+offers what an episode (:mod:`envhub.episodes`) uses of a local :class:`~envhub.env.Env`:
+``reset``, ``step``, ``abort``, ``close``, ``env_id``, ``version``, ``split``, ``tasks`` (ids per
+split, the task-set version), ``gold_actions(task)``, and an ``episode`` view (task, messages,
+turns, verdict, metrics, done) rebuilt from the server's state. The sample that rides with each
+action (token ids, logprobs, ...) stays here and is recorded on that turn of the view, so a
+record of a remote episode is built exactly as a local one is.
 
 Reconnection: a dropped connection is reopened with the session id the server gave at the
 handshake, for as long as the server keeps detached sessions (its TTL), and the request in
@@ -12,7 +14,7 @@ flight is resent with the same ``request_id`` -- the server answers a repeat fro
 step is never applied twice. If the session is gone (TTL passed, server restarted), the episode
 ends locally as ``env_error``: an infrastructure failure, never scored as the model's.
 
-Synchronous by design, like the local env: the runner gives each worker thread its own env.
+Synchronous by design, like the local env: the collector gives each worker thread its own env.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import httpx
 from envhub.env import Episode
 from envhub.errors import EpisodeFinishedError, InfraError
 from envhub.server.models import SESSION_HEADER, EpisodeState, parse_step_result
-from envhub.types import Action, EpisodeMetrics, Observation, Outcome, Task, ToolSpec, Verdict
+from envhub.types import Action, EpisodeMetrics, Observation, Outcome, Sample, Task, ToolSpec, Verdict
 
 
 class RemoteError(InfraError):
@@ -96,8 +98,8 @@ class RemoteEnv:
         self._ws: Any = None
         self._episode: Episode | None = None
         self._stale = False
-        self._initial: Observation | None = None
         self._local_env: Any = None
+        self._samples: list[Sample | None] = []  # per step of the episode, what rode with its action
 
     # ---- the Env API --------------------------------------------------------------------------
 
@@ -118,12 +120,14 @@ class RemoteEnv:
         if options:
             data["options"] = options
         obs = self._observation(self._request({"type": "reset", "data": data}))
-        self._initial = obs
         self._stale = True
         self._episode = None
+        self._samples = []
         return obs
 
-    def step(self, action: str | Action | dict[str, Any]) -> Observation:
+    def step(self, action: str | Action | dict[str, Any], *, sample: Sample | None = None) -> Observation:
+        """``Env.step`` on the server. ``sample`` never travels: it is recorded on this turn of
+        the episode view here (the server's turns hold no token ids)."""
         if isinstance(action, str):
             payload: dict[str, Any] = {"text": action}
         elif isinstance(action, Action):
@@ -141,6 +145,7 @@ class RemoteEnv:
                 raise EpisodeFinishedError(str(exc)) from None
             raise
         self._stale = True
+        self._samples.append(sample)
         return self._observation(reply)
 
     def abort(self, outcome: Outcome, detail: str) -> Observation:
@@ -161,14 +166,9 @@ class RemoteEnv:
         """The running episode as the server has it (fetched after each change, then cached)."""
         if self._stale and self._ws_usable():
             with contextlib.suppress(RemoteError):
-                self._episode = _episode_from_state(self.state())
+                self._episode = _episode_from_state(self.state(), self._samples)
                 self._stale = False
         return self._episode
-
-    def initial_observation(self) -> Observation:
-        if self._initial is None:
-            raise EpisodeFinishedError("no episode has been started: call reset() first")
-        return self._initial
 
     def gold_actions(self, task: Task) -> list[Action]:
         """The reference solution: from the server when it exposes gold, else from a local copy
@@ -352,10 +352,13 @@ def _error_from(data: dict[str, Any], resuming: bool) -> RemoteError:
     return RemoteError(message, code)
 
 
-def _episode_from_state(state: EpisodeState) -> Episode | None:
+def _episode_from_state(state: EpisodeState, samples: Sequence[Sample | None] = ()) -> Episode | None:
     if state.task is None:
         return None
     task = Task.model_validate({**state.task, "hidden": {}})
+    for turn, sample in zip(state.turns, samples, strict=False):
+        if sample is not None:
+            sample.record_on(turn)
     return Episode(
         task=task, tools=state.tools, messages=state.messages, turns=state.turns,
         tool_calls=state.tool_calls, format_errors=state.format_errors, done=state.done,

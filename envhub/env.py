@@ -13,19 +13,19 @@ finished episode), and turns infrastructure faults into the ``env_error`` outcom
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import random
 import threading
 import time
 import traceback
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from envhub.budget import Budget, check_budget
 from envhub.errors import EpisodeFinishedError, InfraError, ToolError
-from envhub.parsing import PARSERS, ToolCallParser, clean_call, sanitize_text
+from envhub.parsing import PARSERS, TOOL_CALL_EXAMPLE, ToolCallParser, coerce_action, sanitize_calls
+from envhub.sandbox_door import SandboxDoor
 from envhub.tools import ToolArgumentError, ToolDef, collect_tools
 from envhub.types import (
     Action,
@@ -33,6 +33,7 @@ from envhub.types import (
     Message,
     Observation,
     Outcome,
+    Sample,
     Task,
     ToolCall,
     ToolSpec,
@@ -47,45 +48,16 @@ if TYPE_CHECKING:
 SPLITS = ("train", "validation", "test")
 _TASK_CACHE: dict[tuple[type, Hashable], TaskSource] = {}
 _TASK_CACHE_LOCK = threading.Lock()
-_RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
 
 
 def _renew_after_fork() -> None:
-    """In a forked child (AsyncVectorEnv, multiprocessing): the parent's worker threads are gone,
-    so its executor would queue releases that never run and ``close`` would wait on them forever;
-    a lock another thread held at the fork would never be released."""
-    global _RELEASER, _TASK_CACHE_LOCK
-    _RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
+    """In a forked child (AsyncVectorEnv, multiprocessing) a lock another thread held at the fork
+    would never be released."""
+    global _TASK_CACHE_LOCK
     _TASK_CACHE_LOCK = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_renew_after_fork)
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Limits per episode. Exceeding turns, tool calls or seconds ends it as ``budget_exhausted``;
-    more than ``max_format_errors`` unparseable or invalid actions end it as ``format_error``.
-    """
-
-    max_turns: int = 8
-    max_tool_calls: int = 16
-    max_agent_seconds: float = 600.0
-    max_format_errors: int = 2
-    max_action_chars: int = 32_768
-    max_observation_chars: int = 8_192
-
-    def __post_init__(self) -> None:
-        """A wrong type fails when the budget is made, not in every episode it would run."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            wants_int = isinstance(f.default, int)
-            ok_types = (int,) if wants_int else (int, float)
-            if isinstance(value, bool) or not isinstance(value, ok_types):
-                kind = "an integer" if wants_int else "a number"
-                raise TypeError(f"budget field {f.name} must be {kind}, got {value!r}")
-            if value < 0 or value != value:  # negative, or NaN
-                raise ValueError(f"budget field {f.name} must not be negative, got {value!r}")
 
 
 class TaskSource(Protocol):
@@ -157,25 +129,19 @@ class Env:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
         self.split = split
-        self.budget: Budget = _check_budget(budget, self.default_budget)
+        self.budget: Budget = check_budget(budget, self.default_budget)
         if isinstance(parser, str) and parser not in PARSERS:
             raise ValueError(f"unknown tool-call parser {parser!r}; choose one of {', '.join(PARSERS)}")
         self.parser: ToolCallParser = PARSERS[parser]() if isinstance(parser, str) else parser
-        from envhub.sandboxes import requested_backend  # lazily: core imports no other part at load
-
-        requested_backend(sandbox)  # an unknown name fails here, not in every episode
-        if isinstance(sandbox_pool, bool) or not isinstance(sandbox_pool, int) or sandbox_pool < 0:
-            raise TypeError(f"sandbox_pool must be a non-negative integer, got {sandbox_pool!r}")
-        self.sandbox_backend = sandbox
-        #: warm sandboxes kept per process (0: a cold sandbox per episode and per grading)
-        self.sandbox_pool = sandbox_pool
+        #: where this env's sandboxes come from: ``sandbox`` names the backend, ``sandbox_pool`` the
+        #: warm sandboxes kept per process and role (0: a cold sandbox per episode and per grading)
+        self.sandboxes = SandboxDoor(self, backend=sandbox, pool=sandbox_pool)
         self._tools: dict[str, ToolDef] = collect_tools(type(self))
         self._tasks: TaskSource | None = None
         self._verifier: Verifier | None = None
         self._rng = random.Random()
         self.episode: Episode | None = None
         self._initial: Observation | None = None
-        self._pending_release: list[Future[None]] = []
 
     # ---- hooks for task families -------------------------------------------------------------
 
@@ -197,7 +163,7 @@ class Env:
     def system_prompt(self, task: Task) -> str:
         return (
             "You are an agent that solves tasks by calling tools. Call a tool by writing "
-            '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>. '
+            f"{TOOL_CALL_EXAMPLE}. "
             "When you are done, call the tool that submits your result."
         )
 
@@ -209,7 +175,9 @@ class Env:
         """Prepare per-episode resources (files in the sandbox, ...). Runs at reset."""
 
     def adversarial_cases(self) -> list[SuiteCase]:
-        """Reward hacks this family's verifier must reject (see ``envhub verify``)."""
+        """The family's own verifier-suite cases (see ``envhub verify``): reward hacks its verifier
+        must reject, and other spellings of the gold it must accept. The suite runs them after the
+        universal gold and noop cases (``envhub.verifiers.suite.suite_cases(env)``)."""
         return []
 
     def submission_actions(self, task: Task, submission: Any) -> list[Action]:
@@ -222,13 +190,21 @@ class Env:
 
     @property
     def terminal_tool(self) -> str:
-        """The name of the tool that ends the episode (``answer`` or ``submit``)."""
-        return next(t.name for t in self._tools.values() if t.terminal)
+        """The name of the tool that ends the episode and goes to the verifier (``answer``, ``submit``)."""
+        for t in self._tools.values():
+            if t.terminal:
+                return t.name
+        raise ValueError(f"{self.env_id or type(self).__name__} has no terminal tool (@tool(terminal=True))")
 
-    def suite_cases(self) -> list[SuiteCase]:
-        from envhub.verifiers.suite import universal_cases
+    @property
+    def sandbox_backend(self) -> str:
+        """The sandbox backend asked for: auto | docker | bwrap | process."""
+        return self.sandboxes.backend
 
-        return universal_cases() + self.adversarial_cases()
+    @property
+    def sandbox_pool(self) -> int:
+        """Warm sandboxes kept per process and role (0: a cold one per episode and per grading)."""
+        return self.sandboxes.pool
 
     def initial_observation(self) -> Observation:
         """The observation ``reset`` returned for the running episode."""
@@ -281,7 +257,7 @@ class Env:
         self, *, seed: int | None = None, task_id: str | None = None, options: dict[str, Any] | None = None
     ) -> Observation:
         """Start an episode. ``task_id`` picks a task; otherwise ``seed`` picks one of the split."""
-        self._finish_resources()
+        self._release_resources()
         options = dict(options or {})
         task_id = task_id or options.pop("task_id", None)
         if seed is not None:
@@ -312,18 +288,23 @@ class Env:
         )
         return self._initial
 
-    def step(self, action: str | Action | dict[str, Any]) -> Observation:
-        """Apply one policy turn; returns only the new messages (tool results or errors)."""
+    def step(self, action: str | Action | dict[str, Any], *, sample: Sample | None = None) -> Observation:
+        """Apply one policy turn; returns only the new messages (tool results or errors).
+
+        ``sample`` (how a model produced ``action``: its token ids, logprobs, ...) is recorded on
+        the turn as it is; nothing the env decides depends on it."""
         episode = self.episode
         if episode is None or episode.done:
             raise EpisodeFinishedError("no episode is running: call reset() first")
-        action = _coerce_action(action)
+        action = coerce_action(action)
         call_error = None
         if action.tool_calls:
-            calls, call_error = _sanitize_calls(action.tool_calls)
+            calls, call_error = sanitize_calls(action.tool_calls)
             action = action.model_copy(update={"tool_calls": calls})
         t0 = time.monotonic()
         turn = Turn(index=len(episode.turns), action_text=action.text)
+        if sample is not None:
+            sample.record_on(turn)
         episode.turns.append(turn)
         episode.messages.append(
             Message(role="assistant", content=action.text, tool_calls=action.tool_calls or None)
@@ -349,7 +330,7 @@ class Env:
         return self._observation([])
 
     def close(self) -> None:
-        self._finish_resources()
+        self._release_resources()
         self.episode = None
 
     def __enter__(self) -> Env:
@@ -361,56 +342,19 @@ class Env:
     # ---- sandbox -----------------------------------------------------------------------------
 
     def sandbox(self) -> Sandbox:
-        """The episode's sandbox, started on first use and closed when the episode ends."""
-        episode = self._require_episode()
-        if episode.sandbox is None:
-            t0 = time.monotonic()
-            episode.sandbox = self._new_sandbox()
-            episode.sandbox_image = getattr(episode.sandbox, "image_id", None)
-            episode.metrics.sandbox_seconds += time.monotonic() - t0
-        return episode.sandbox
+        """The episode's sandbox, started on first use and released when the episode ends."""
+        return self.sandboxes.for_episode(self._require_episode())
 
-    def _new_sandbox(self, role: str = "agent") -> Sandbox:
-        """A pristine sandbox: a reset one from the process-wide warm pool of its role, or a cold one."""
-        from envhub.sandboxes import (  # lazily
-            SandboxSpec,
-            create_sandbox,
-            requested_backend,
-            select_backend,
-            shared_pool,
-        )
-
-        agent_spec = self.sandbox_spec or SandboxSpec()
-        spec = dataclasses.replace(agent_spec, role=role,
-                                   preload=self.grading_preload if role == "grading" else agent_spec.preload)
-        if role == "grading" and self.grading_limits is not None:
-            spec = dataclasses.replace(spec, limits=self.grading_limits)
-        try:
-            backend = select_backend(self.sandbox_backend)
-        except Exception as exc:
-            raise InfraError(f"could not start a sandbox: {exc}") from exc
-        if backend == "process" and self.needs_isolation and requested_backend(self.sandbox_backend) != "process":
-            raise InfraError(f"{self.env_id or type(self).__name__} runs agent code next to its hidden tests and no "
-                             "isolating sandbox (docker, bwrap) works here; `envhub sandbox doctor` says how to "
-                             "fix that, or pass --sandbox process to run it without isolation anyway")
-        try:
-            if self.sandbox_pool > 0:
-                return shared_pool(backend, spec, size=self.sandbox_pool).acquire()
-            return create_sandbox(backend, spec, pooled=False)
-        except Exception as exc:
-            raise InfraError(f"could not start a sandbox: {exc}") from exc
-
-    @contextlib.contextmanager
-    def grading_sandbox(self) -> Iterator[Sandbox]:
+    def grading_sandbox(self) -> contextlib.AbstractContextManager[Sandbox]:
         """A pristine sandbox for the verifier, from the grading pool: never one an agent worked in."""
-        sandbox = self._new_sandbox(role="grading")
-        try:
-            yield sandbox
-        finally:
-            with contextlib.suppress(Exception):
-                sandbox.close()
+        return self.sandboxes.grading()
 
     # ---- internals ---------------------------------------------------------------------------
+
+    def _release_resources(self) -> None:
+        """Release the last episode's sandbox and wait until every release has finished."""
+        if self.episode is not None:
+            self.sandboxes.release(self.episode)
 
     def _require_episode(self) -> Episode:
         if self.episode is None:
@@ -517,7 +461,7 @@ class Env:
         episode.metrics.tool_calls = episode.tool_calls
         episode.metrics.format_errors = episode.format_errors
         episode.metrics.wall_seconds = time.monotonic() - episode.started
-        self._release_sandbox(episode, wait=False)
+        self.sandboxes.release(episode, wait=False)
 
     def _observation(self, new: list[Message]) -> Observation:
         episode = self._require_episode()
@@ -537,70 +481,3 @@ class Env:
         if len(text) <= limit:
             return text
         return text[:limit] + f"\n[... {len(text) - limit} more characters cut ...]"
-
-    def _release_sandbox(self, episode: Episode, *, wait: bool = True) -> None:
-        """Close (or give back to its pool) the episode's sandbox.
-
-        When an episode ends, the reset or teardown runs on a background thread so the final step
-        returns at once; ``close()`` and the next ``reset()`` wait for it.
-        """
-        if episode.sandbox is not None:
-            sandbox, episode.sandbox = episode.sandbox, None
-            future = _RELEASER.submit(_close_quietly, sandbox)
-            self._pending_release.append(future)
-        if wait:
-            pending, self._pending_release = self._pending_release, []
-            for future in pending:
-                future.result()
-
-    def _finish_resources(self) -> None:
-        if self.episode is not None:
-            self._release_sandbox(self.episode)
-
-
-def _check_budget(budget: Any, default: Budget) -> Budget:
-    """``budget``: a Budget, a dict of Budget fields, or None for ``default``."""
-    if budget is None:
-        return default
-    if isinstance(budget, dict):
-        known = {f.name: f for f in dataclasses.fields(Budget)}
-        unknown = sorted(set(budget) - set(known))
-        if unknown:
-            raise TypeError(f"unknown budget fields {unknown}; known: {', '.join(known)}")
-        budget = replace(default, **budget)
-    elif not isinstance(budget, Budget):
-        raise TypeError(
-            f"budget must be a Budget or a dict of its fields (e.g. {{\"max_turns\": 4}}), "
-            f"not {type(budget).__name__} {budget!r}"
-        )
-    return budget
-
-
-def _close_quietly(sandbox: Sandbox) -> None:
-    with contextlib.suppress(Exception):  # best effort; `envhub sandbox prune` removes leftovers
-        sandbox.close()
-
-
-def _coerce_action(action: str | Action | dict[str, Any]) -> Action:
-    if isinstance(action, Action):
-        text = action.text
-    elif isinstance(action, str):
-        text, action = action, Action(text=action)
-    elif isinstance(action, dict):
-        action = Action.model_validate(action)
-        text = action.text
-    else:
-        raise TypeError(f"an action is text, an Action or a dict, not {type(action).__name__}")
-    clean = sanitize_text(text)
-    return action if clean == text else action.model_copy(update={"text": clean})
-
-
-def _sanitize_calls(calls: list[ToolCall]) -> tuple[list[ToolCall], str | None]:
-    """Structured calls cleaned as parsed ones are; a too deeply nested one drops them all, with why."""
-    clean: list[ToolCall] = []
-    for call in calls:
-        try:
-            clean.append(clean_call(call))
-        except ValueError as exc:
-            return [], f"malformed tool call `{sanitize_text(call.name)}`: {exc}"
-    return clean, None

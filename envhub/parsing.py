@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envhub.types import ToolCall
+from envhub.types import Action, ToolCall
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -158,9 +158,7 @@ class DefaultParser:
             return self.hermes.parse(text)
         result = self.json.parse(text)
         if result.error == "no JSON tool call found":
-            result.error = (
-                'no tool call found. Call a tool as <tool_call>{"name": "...", "arguments": {...}}</tool_call>'
-            )
+            result.error = f"no tool call found. Call a tool as {TOOL_CALL_EXAMPLE}"
         return result
 
 
@@ -172,5 +170,36 @@ PARSERS: dict[str, type[ToolCallParser]] = {
 
 
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
-    """The Hermes text form of a call, as a scripted policy (or a test) would write it."""
+    """The Hermes text form of a call, as a scripted policy would write it and as system prompts
+    show it (the form the default and Hermes parsers read)."""
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+#: The call syntax in general, for prompts and error messages.
+TOOL_CALL_EXAMPLE = format_tool_call("<tool>", {"<argument>": "<value>"})
+
+
+def coerce_action(action: str | Action | dict[str, Any]) -> Action:
+    """``action`` (text, an Action or its dict) as an Action with sanitized text; TypeError for anything else."""
+    if isinstance(action, Action):
+        text = action.text
+    elif isinstance(action, str):
+        text, action = action, Action(text=action)
+    elif isinstance(action, dict):
+        action = Action.model_validate(action)
+        text = action.text
+    else:
+        raise TypeError(f"an action is text, an Action or a dict, not {type(action).__name__}")
+    clean = sanitize_text(text)
+    return action if clean == text else action.model_copy(update={"text": clean})
+
+
+def sanitize_calls(calls: list[ToolCall]) -> tuple[list[ToolCall], str | None]:
+    """Structured calls cleaned as parsed ones are; a too deeply nested one drops them all, with why."""
+    clean: list[ToolCall] = []
+    for call in calls:
+        try:
+            clean.append(clean_call(call))
+        except ValueError as exc:
+            return [], f"malformed tool call `{sanitize_text(call.name)}`: {exc}"
+    return clean, None

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from envhub.env import Env
 from envhub.parsing import format_tool_call
-from envhub.types import Observation, TokenView, ToolSpec
+from envhub.types import Observation, Sample, TokenView, ToolSpec
 
 
 @dataclass
@@ -30,6 +30,12 @@ class PolicyOutput:
     finish_reason: str | None = None
     weight_version: str | None = None
 
+    def sample(self, agent_seconds: float | None = None) -> Sample:
+        """What rides with the text into ``Env.step``: everything but the text, and the time the
+        policy took to produce it."""
+        return Sample(token_ids=self.token_ids, logprobs=self.logprobs, finish_reason=self.finish_reason,
+                      weight_version=self.weight_version, agent_seconds=agent_seconds)
+
 
 class Agent(Protocol):
     def act(self, observation: Observation) -> PolicyOutput:
@@ -41,7 +47,9 @@ class Agent(Protocol):
         ...
 
     def observation_ids(self) -> list[list[int]]:
-        """Per turn, the token ids appended for the env's reply (empty for scripted policies)."""
+        """Per turn, the token ids appended for the env's reply (empty for scripted policies).
+        The reply to turn i is tokenized only when turn i + 1 is produced, so these are read once,
+        when the episode has ended."""
         ...
 
 
@@ -56,11 +64,14 @@ class Policy(Protocol):
 
 
 class _ScriptedAgent:
-    def __init__(self, turns: list[str]):
+    """Says ``turns`` in order, then ``closing()`` (an empty submission) on every later turn."""
+
+    def __init__(self, turns: list[str], closing: Callable[[], str]):
         self._turns = list(turns)
+        self._closing = closing
 
     def act(self, observation: Observation) -> PolicyOutput:
-        text = self._turns.pop(0) if self._turns else format_tool_call("answer", {"answer": ""})
+        text = self._turns.pop(0) if self._turns else self._closing()
         return PolicyOutput(text=text, finish_reason="scripted")
 
     def token_view(self) -> TokenView | None:
@@ -79,7 +90,7 @@ class ScriptedPolicy:
         self.name = name
 
     def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
-        return _ScriptedAgent(self.turns)
+        return _ScriptedAgent(self.turns, lambda: _empty_submission(env, observation))
 
     def describe(self) -> dict[str, Any]:
         return {"model": f"scripted:{self.name}", "sampling_params": {}}
@@ -92,7 +103,8 @@ class GoldPolicy:
 
     def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
         assert env.episode is not None
-        return _ScriptedAgent([a.text for a in env.gold_actions(env.episode.task)])
+        gold = [a.text for a in env.gold_actions(env.episode.task)]
+        return _ScriptedAgent(gold, lambda: _empty_submission(env, observation))
 
     def describe(self) -> dict[str, Any]:
         return {"model": "scripted:gold", "sampling_params": {}}
@@ -104,8 +116,8 @@ class NoopPolicy:
     name = "noop"
 
     def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
-        terminal = _terminal_tool(observation.tools)
-        return _ScriptedAgent([format_tool_call(terminal.name, _empty_args(terminal))])
+        submit = _empty_submission(env, observation)
+        return _ScriptedAgent([submit], lambda: submit)
 
     def describe(self) -> dict[str, Any]:
         return {"model": "scripted:noop", "sampling_params": {}}
@@ -129,7 +141,7 @@ class RandomPolicy:
 
 class _RandomAgent(_ScriptedAgent):
     def __init__(self, tools: list[ToolSpec], rng: random.Random):
-        super().__init__([])
+        super().__init__([], str)
         self.tools, self.rng = tools, rng
 
     def act(self, observation: Observation) -> PolicyOutput:
@@ -163,18 +175,15 @@ def _random_value(rng: random.Random, schema: dict[str, Any]) -> Any:
     return None
 
 
-def _terminal_tool(tools: list[ToolSpec]) -> ToolSpec:
-    for name in ("answer", "submit"):
-        for spec in tools:
-            if spec.name == name:
-                return spec
-    raise ValueError("the env exposes no `answer` or `submit` tool")
-
-
-def _empty_args(spec: ToolSpec) -> dict[str, Any]:
+def _empty_submission(env: Env, observation: Observation) -> str:
+    """A call of the env's terminal tool with empty values for its required arguments."""
+    name = env.terminal_tool
+    spec = next((t for t in observation.tools if t.name == name), None)
+    if spec is None:
+        raise ValueError(f"the env's terminal tool `{name}` is not among the tools it offers")
     props = spec.parameters.get("properties", {})
     required = spec.parameters.get("required", [])
-    return {k: "" if props[k].get("type") == "string" else None for k in required}
+    return format_tool_call(name, {k: "" if props[k].get("type") == "string" else None for k in required})
 
 
 _SCRIPTED: dict[str, Callable[[], Policy]] = {"gold": GoldPolicy, "noop": NoopPolicy, "random": RandomPolicy}

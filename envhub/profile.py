@@ -132,6 +132,12 @@ def profile_command(
         raise fail(str(exc), code=1) from None
     except OSError as exc:
         raise fail(f"cannot write to {out}: {exc.strerror or exc}", code=1) from None
+    except KeyboardInterrupt:
+        from envhub.progress import interrupted_message
+        from envhub.run_dir import Run
+
+        typer.echo(interrupted_message(Run(out).trajectories_path), err=True)
+        raise typer.Exit(130) from None
     summary = {key: profile[key] for key in ("tasks_profiled", "informative_tasks", "all_fail_tasks",
                                              "all_pass_tasks", "undetermined_tasks", "mean_pass@1", f"mean_pass@{k}")}
     typer.echo(json.dumps(summary, indent=2))

@@ -13,6 +13,27 @@ from typing import Any
 
 from envhub.types import Outcome, OutcomeClass
 
+#: What :func:`slim` keeps of a record: everything a summary, a table row or a per-success cost reads.
+SLIM_KEYS = ("episode_id", "task_id", "env_id", "group_id", "split", "outcome", "outcome_detail", "reward",
+             "num_turns", "metrics", "policy")
+
+
+def token_counts(rec: dict[str, Any]) -> tuple[int, int]:
+    """(prompt + response tokens, sampled tokens) of a full record or of one :func:`slim` made."""
+    if "token_counts" in rec:
+        total, sampled = rec["token_counts"]
+        return int(total), int(sampled)
+    return (len(rec.get("prompt_ids", [])) + len(rec.get("response_ids", [])),
+            int(sum(rec.get("response_mask", []))))
+
+
+def slim(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` without its transcript and token lists (their counts kept as ``token_counts``):
+    :func:`summarize` gives the same numbers for it, at a small fraction of the memory."""
+    out = {k: rec[k] for k in SLIM_KEYS if k in rec}
+    out["token_counts"] = list(token_counts(rec))
+    return out
+
 
 def summarize(records: Iterable[dict[str, Any]], *, wall_seconds: float = 0.0) -> dict[str, Any]:
     recs = list(records)
@@ -21,8 +42,9 @@ def summarize(records: Iterable[dict[str, Any]], *, wall_seconds: float = 0.0) -
     by_class = Counter(Outcome(r["outcome"]).outcome_class.value for r in recs)
     successes = by_outcome.get(Outcome.SUCCESS.value, 0)
     infra = by_class.get(OutcomeClass.INFRA_FAILURE.value, 0)
-    tokens = sum(len(r.get("prompt_ids", [])) + len(r.get("response_ids", [])) for r in recs)
-    sampled = sum(sum(r.get("response_mask", [])) for r in recs)
+    counts = [token_counts(r) for r in recs]
+    tokens = sum(t for t, _ in counts)
+    sampled = sum(s for _, s in counts)
     tool_calls = sum(r.get("metrics", {}).get("tool_calls", 0) for r in recs)
     rewards = [r.get("reward", 0.0) for r in recs]
     by_task_kind: dict[str, Counter] = {}

@@ -1,9 +1,10 @@
 """What a run report shows, computed from a run directory: the numbers behind every table and plot.
 
 A run directory is recognised by its files: ``trajectories.jsonl`` (plus ``run.json`` and
-``report.json``) is a *rollout*. :func:`load_run` returns a :class:`RunData` whose ``kind`` picks
-the sections and plots the HTML report renders, so a training run (another ``kind``) adds its own
-loader and sections without touching the rollout ones.
+``report.json``) is a *rollout*; ``steps.jsonl`` with ``config.json`` is a *training run*
+(:mod:`envhub.report_training`). :func:`load_run` returns a :class:`RunData` whose ``kind`` picks
+the sections and plots the HTML report renders; each other kind's module (:data:`KIND_MODULES`)
+registers its loader, plots and sections when imported, without touching the rollout ones.
 
 Every rate is over *attempted* episodes first (``strict``: infra failures count as failures), with
 the rate excluding infra beside it. A success's cost is the whole run's cost divided by the
@@ -12,7 +13,7 @@ successes: the failed attempts are what a success cost too.
 
 from __future__ import annotations
 
-import json
+import importlib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,11 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from envhub.report import summarize
-from envhub.store import CorruptRecordError, read_jsonl
+from envhub.run_dir import IDENTITY, REPORT, TRAJECTORIES, Run, RunFileError
+from envhub.store import CorruptRecordError
 from envhub.types import Outcome, OutcomeClass
 
 #: Loaders by run kind, tried in order; each returns None when the directory is not of its kind.
 LOADERS: list[Callable[[Path], RunData | None]] = []
+#: Modules that register the other run kinds (loader, plots, sections); imported by :func:`load_run`.
+KIND_MODULES = ("envhub.report_training_html",)
 
 
 class RunDirError(ValueError):
@@ -141,54 +145,53 @@ def load_run(run_dir: str | Path) -> RunData:
     path = Path(run_dir)
     if not path.is_dir():
         raise RunDirError(f"{path} is not a directory")
+    for module in KIND_MODULES:
+        importlib.import_module(module)
     for loader in LOADERS:
         data = loader(path)
         if data is not None:
             return data
-    raise RunDirError(f"{path} holds no run: expected trajectories.jsonl (a rollout, `envhub rollout --out`)")
+    raise RunDirError(f"{path} holds no run: expected {TRAJECTORIES} (a rollout, `envhub rollout --out`) "
+                      "or steps.jsonl and config.json (a training run, `envhub train`)")
 
 
-def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
+def _read_json(run: Run, name: str, notes: list[str]) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        notes.append(f"{path.name} is unreadable ({exc}); left out")
+        return run.read_json(name)
+    except RunFileError as exc:
+        notes.append(f"{exc}; left out")
         return None
-    if not isinstance(data, dict):
-        notes.append(f"{path.name} is not a JSON object; left out")
-        return None
-    return data
 
 
-def load_rollout(path: Path) -> RunData | None:
-    """A rollout directory (``envhub rollout --out``, ``envhub profile --out``), or None."""
-    traj = path / "trajectories.jsonl"
+def load_rollout(path: Path, identity: dict[str, Any] | None = None) -> RunData | None:
+    """A rollout directory (``envhub rollout --out``, ``envhub profile --out``, a training run's
+    ``eval/TAG``), or None. ``identity`` stands in for ``run.json`` where the caller knows it."""
+    rollout = Run(path)
+    traj = rollout.trajectories_path
     if not traj.exists():
         return None
     notes: list[str] = []
     try:
-        records = list(read_jsonl(traj))
+        records = list(rollout.rows())
     except (CorruptRecordError, OSError) as exc:
         raise RunDirError(f"cannot read {traj}: {exc}") from None
     for n, rec in enumerate(records, 1):
         if not isinstance(rec.get("task_id"), str) or rec.get("outcome") not in set(Outcome):
             raise RunDirError(f"{traj}: record {n} is not a trajectory record (task_id and outcome)")
-    run = _read_json(path / "run.json", notes) or {}
-    saved = _read_json(path / "report.json", notes) or {}
+    run = identity if identity is not None else _read_json(rollout, IDENTITY, notes) or {}
+    saved = _read_json(rollout, REPORT, notes) or {}
     summary = summarize(records, wall_seconds=float(saved.get("wall_seconds", 0.0) or 0.0))
     for key in ("planned", "incomplete", "seed", "group_size", "skipped_already_done"):
         if key in saved:
             summary[key] = saved[key]
     if saved and saved.get("attempted") != summary["attempted"]:
-        notes.append(f"report.json counts {saved.get('attempted')} episodes, trajectories.jsonl holds "
-                     f"{summary['attempted']}: this report is computed from trajectories.jsonl")
+        notes.append(f"{REPORT} counts {saved.get('attempted')} episodes, {TRAJECTORIES} holds "
+                     f"{summary['attempted']}: this report is computed from {TRAJECTORIES}")
     env_id = run.get("env_id") or (records[0]["env_id"] if records else "")
     summary["env_id"] = env_id
     tasks = _task_infos(env_id, run, {r["task_id"] for r in records}, notes)
     return RunData(kind="rollout", run_dir=path, run=run, summary=summary, records=records, tasks=tasks,
-                   profile=_read_json(path / "profile.json", notes), notes=notes)
+                   profile=_read_json(rollout, "profile.json", notes), notes=notes)
 
 
 def _task_infos(env_id: str, run: dict[str, Any], task_ids: set[str], notes: list[str]) -> dict[str, TaskInfo]:

@@ -4,7 +4,9 @@ The HTML has no script, no external asset and no network reference: styles are i
 ``data:`` URIs, and a Content-Security-Policy forbids anything else, so even a string that got past
 escaping could not run or fetch. Tables are plain HTML; transcripts open with ``<details>``.
 
-Sections are registered per run kind (:data:`SECTIONS`); a training run registers its own list.
+Sections are registered per run kind (:data:`SECTIONS`); a training run registers its own list
+(:mod:`envhub.report_training_html`), reusing the helpers here (:func:`html_table`, :func:`img`,
+:func:`seed_rows`).
 Files are written atomically: the PNGs first, then the HTML that shows them.
 """
 
@@ -48,26 +50,26 @@ def section(kind: str, id: str, title: str) -> Callable[[Callable[..., str]], Ca
     return add
 
 
-def _num(value: float | None, digits: int = 3) -> str:
+def num(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "n/a (no success)"
     return f"{value:,.{digits}f}" if isinstance(value, float) and not value.is_integer() else f"{value:,.0f}"
 
 
-def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
+def html_table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
     """``rows`` are HTML already (escaped by the caller)."""
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     return f'<table class="{esc(cls)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _img(plots: dict[str, str], name: str, alt: str) -> str:
+def img(plots: dict[str, str], name: str, alt: str) -> str:
     if name not in plots:
         return ""
     return f'<figure><img id="plot-{esc(name)}" src="{plots[name]}" alt="{esc(alt)}"></figure>'
 
 
-def _anchors(data: RunData) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+def anchors(data: RunData) -> dict[str, list[tuple[int, dict[str, Any]]]]:
     """Example episodes by outcome: (report-local index, record); the index makes the anchor."""
     chosen: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     for i, rec in enumerate(data.records):
@@ -77,33 +79,46 @@ def _anchors(data: RunData) -> dict[str, list[tuple[int, dict[str, Any]]]]:
     return chosen
 
 
-def _ep(i: int) -> str:
+def ep_anchor(i: int) -> str:
     return f"ep-{i}"
+
+
+def seed_rows(h: dict[str, Any], prefix: str = "") -> list[list[str]]:
+    """The seed's numbers of a :meth:`RunData.headline` as ``[name, value HTML, what it counts]`` rows;
+    the values carry ids ``{prefix}n-attempted``, ``{prefix}strict-success``, ... (unique per page)."""
+    def tag(name: str, value: str, el: str = "span") -> str:
+        return f'<{el} id="{esc(prefix)}{name}">{value}</{el}>'
+
+    return [
+        ["attempted", tag("n-attempted", str(h["attempted"])), "episodes with a record (infra included)"],
+        ["successes", tag("n-successes", str(h["successes"])), ""],
+        ["failed by policy", tag("n-policy-failures", str(h["policy_failures"])),
+         "wrong_answer, format_error: the model's fault, signal for training"],
+        ["truncated", str(h["truncations"]), "budget_exhausted, context_overflow (the model's, cut)"],
+        ["failed by environment", tag("n-infra-failures", str(h["infra_failures"])),
+         "env_error, verifier_error, engine_error: ours, never scored as the model's"],
+        ["strict success rate", tag("strict-success", f'{h["strict_success_rate"]:.3f}', "b"), "success / attempted"],
+        ["success excluding infra", f'{h["success_rate_excluding_infra"]:.3f}',
+         "success / (attempted - infra); shown beside the strict rate, never instead"],
+        ["mean reward", f'{h["mean_reward"]:.3f}', ""],
+        ["tokens per success", tag("tokens-per-success", num(h["tokens_per_success"], 1)),
+         "prompt + response tokens of all episodes / successes"],
+        ["sampled tokens per success", num(h["sampled_tokens_per_success"], 1), "tokens the model sampled"],
+        ["tool calls per success", tag("tool-calls-per-success", num(h["tool_calls_per_success"], 2)),
+         "all tool calls / successes"],
+        ["seconds per success", tag("seconds-per-success", num(h["seconds_per_success"], 3)),
+         "episode wall seconds summed / successes"],
+    ]
+
+
+def seed_table(rows: list[list[str]]) -> str:
+    """:func:`seed_rows` (and any rows added to them) as the headline table."""
+    return html_table(["number", "value", "what it counts"], [[esc(a), b, esc(c)] for a, b, c in rows], "headline")
 
 
 @section("rollout", "headline", "Headline")
 def _headline(data: RunData, plots: dict[str, str]) -> str:
-    h = data.headline()
-    rows = [
-        ["attempted", f'<span id="n-attempted">{h["attempted"]}</span>', "episodes with a record (infra included)"],
-        ["successes", str(h["successes"]), ""],
-        ["failed by policy", f'<span id="n-policy-failures">{h["policy_failures"]}</span>',
-         "wrong_answer, format_error: the model's fault, signal for training"],
-        ["truncated", str(h["truncations"]), "budget_exhausted, context_overflow (the model's, cut)"],
-        ["failed by environment", f'<span id="n-infra-failures">{h["infra_failures"]}</span>',
-         "env_error, verifier_error, engine_error: ours, never scored as the model's"],
-        ["strict success rate", f'<b id="strict-success">{h["strict_success_rate"]:.3f}</b>', "success / attempted"],
-        ["success excluding infra", f'{h["success_rate_excluding_infra"]:.3f}',
-         "success / (attempted - infra); shown beside the strict rate, never instead"],
-        ["mean reward", f'{h["mean_reward"]:.3f}', ""],
-        ["tokens per success", f'<span id="tokens-per-success">{_num(h["tokens_per_success"], 1)}</span>',
-         "prompt + response tokens of all episodes / successes"],
-        ["sampled tokens per success", _num(h["sampled_tokens_per_success"], 1), "tokens the model sampled"],
-        ["tool calls per success", f'<span id="tool-calls-per-success">{_num(h["tool_calls_per_success"], 2)}</span>',
-         "all tool calls / successes"],
-        ["seconds per success", f'<span id="seconds-per-success">{_num(h["seconds_per_success"], 3)}</span>',
-         "episode wall seconds summed / successes"],
-    ]
+    rows = seed_rows(data.headline())
     s = data.summary
     rows.append(["run wall seconds", f"{float(s.get('wall_seconds', 0.0)):.1f}",
                  f"{float(s.get('episodes_per_second', 0.0)):.2f} episodes/s (last invocation)"])
@@ -112,13 +127,12 @@ def _headline(data: RunData, plots: dict[str, str]) -> str:
     warn = ""
     if s.get("incomplete"):
         warn = f'<p class="warn">incomplete run: {esc(s["incomplete"])}</p>'
-    return warn + _table(["number", "value", "what it counts"], [[esc(a), b, esc(c)] for a, b, c in rows],
-                         "headline")
+    return warn + seed_table(rows)
 
 
 @section("rollout", "outcomes", "Outcome mix")
 def _outcomes(data: RunData, plots: dict[str, str]) -> str:
-    examples = _anchors(data)
+    examples = anchors(data)
     attempted = data.summary["attempted"] or 1
     rows = []
     for cls in OutcomeClass:
@@ -126,12 +140,12 @@ def _outcomes(data: RunData, plots: dict[str, str]) -> str:
         n_cls = data.summary["by_class"][cls.value]
         for j, outcome in enumerate(members):
             n = data.summary["by_outcome"][outcome.value]
-            links = " ".join(f'<a href="#{_ep(i)}">#{i}</a>' for i, _ in examples.get(outcome.value, []))
+            links = " ".join(f'<a href="#{ep_anchor(i)}">#{i}</a>' for i, _ in examples.get(outcome.value, []))
             rows.append([f'<span class="cls {esc(cls.value)}">{esc(cls.value)}</span>' if j == 0 else "",
                          str(n_cls) if j == 0 else "", esc(outcome.value), str(n), f"{n / attempted:.1%}",
                          links or "&ndash;"])
-    return (_img(plots, "outcome_mix", "episodes by outcome, coloured by class")
-            + _table(["class", "class total", "outcome", "episodes", "share", "example episodes"], rows,
+    return (img(plots, "outcome_mix", "episodes by outcome, coloured by class")
+            + html_table(["class", "class total", "outcome", "episodes", "share", "example episodes"], rows,
                      "outcomes"))
 
 
@@ -154,19 +168,19 @@ def _rewards(data: RunData, plots: dict[str, str]) -> str:
         r = round(float(rec.get("reward", 0.0) or 0.0), 3)
         counts[r] = counts.get(r, 0) + 1
     rows = [[f"{r:.3f}", str(n)] for r, n in sorted(counts.items())[:30]]
-    return _img(plots, "reward_distribution", "histogram of episode rewards") + _table(["reward", "episodes"], rows)
+    return img(plots, "reward_distribution", "histogram of episode rewards") + html_table(["reward", "episodes"], rows)
 
 
 @section("rollout", "difficulty", "Success by difficulty")
 def _difficulty(data: RunData, plots: dict[str, str]) -> str:
-    return (_img(plots, "success_by_difficulty", "strict success rate per difficulty")
-            + _table(["difficulty", *_GROUP_HEAD[1:]], _group_rows(data.by_difficulty())))
+    return (img(plots, "success_by_difficulty", "strict success rate per difficulty")
+            + html_table(["difficulty", *_GROUP_HEAD[1:]], _group_rows(data.by_difficulty())))
 
 
 @section("rollout", "family", "Success by task family")
 def _family(data: RunData, plots: dict[str, str]) -> str:
-    return (_img(plots, "success_by_family", "strict success rate per task family")
-            + _table(["family", *_GROUP_HEAD[1:]], _group_rows(data.by_family())))
+    return (img(plots, "success_by_family", "strict success rate per task family")
+            + html_table(["family", *_GROUP_HEAD[1:]], _group_rows(data.by_family())))
 
 
 @section("rollout", "profile", "Difficulty profile (pass@k)")
@@ -178,8 +192,8 @@ def _profile(data: RunData, plots: dict[str, str]) -> str:
     rows = [[esc(key), esc(p.get(key))] for key in ("k", "tasks_profiled", "informative_tasks", "all_fail_tasks",
                                                      "all_pass_tasks", "undetermined_tasks", f"mean_pass@{k}",
                                                      "mean_pass@1") if key in p]
-    return (_img(plots, "difficulty_histogram", "tasks by per-sample success rate")
-            + _table(["profile", "value"], rows)
+    return (img(plots, "difficulty_histogram", "tasks by per-sample success rate")
+            + html_table(["profile", "value"], rows)
             + "<p>informative tasks (0 &lt; success rate &lt; 1) are the curriculum list in "
               "<code>curriculum.json</code>.</p>")
 
@@ -190,9 +204,9 @@ def _cost(data: RunData, plots: dict[str, str]) -> str:
     total = sum(split.values()) or 1.0
     rows = [[esc(k), f"{v:.3f}", f"{v / total:.1%}"] for k, v in split.items()]
     cost = data.cost()
-    crow = [[esc(k), _num(v, 3)] for k, v in cost.items() if k != "episode_seconds_total"]
-    return (_table(["per success", "value"], crow, "cost") + _img(plots, "time_split", "time split")
-            + _table(["time in", "seconds (summed over episodes)", "share"], rows, "time"))
+    crow = [[esc(k), num(v, 3)] for k, v in cost.items() if k != "episode_seconds_total"]
+    return (html_table(["per success", "value"], crow, "cost") + img(plots, "time_split", "time split")
+            + html_table(["time in", "seconds (summed over episodes)", "share"], rows, "time"))
 
 
 @section("rollout", "slowest", "Slowest episodes")
@@ -203,10 +217,10 @@ def _slowest(data: RunData, plots: dict[str, str]) -> str:
     for i in order[:SLOWEST]:
         rec = data.records[i]
         m = rec.get("metrics", {})
-        rows.append([f'<a href="#{_ep(i)}">#{i}</a>' if _ep(i) in _rendered(data) else f"#{i}",
+        rows.append([f'<a href="#{ep_anchor(i)}">#{i}</a>' if ep_anchor(i) in _rendered(data) else f"#{i}",
                      esc(rec["task_id"]), esc(rec["outcome"]), f"{float(m.get('wall_seconds', 0) or 0):.3f}",
                      f"{float(m.get('sandbox_seconds', 0) or 0):.3f}", esc(rec.get("outcome_detail", ""), 300)])
-    return _table(["episode", "task", "outcome", "wall s", "sandbox s", "outcome detail"], rows, "slowest")
+    return html_table(["episode", "task", "outcome", "wall s", "sandbox s", "outcome detail"], rows, "slowest")
 
 
 @section("rollout", "failing", "Failing tasks")
@@ -227,24 +241,24 @@ def _failing(data: RunData, plots: dict[str, str]) -> str:
             if len(groups) > FAILING_TASKS else "")
     if not rows:
         return '<p class="none">no task failed</p>'
-    return _table(["task", "family", "difficulty", "successes", "outcomes", "first outcome detail"], rows,
+    return html_table(["task", "family", "difficulty", "successes", "outcomes", "first outcome detail"], rows,
                   "failing") + more
 
 
 def _rendered(data: RunData) -> set[str]:
-    return {_ep(i) for bucket in _anchors(data).values() for i, _ in bucket}
+    return {ep_anchor(i) for bucket in anchors(data).values() for i, _ in bucket}
 
 
 @section("rollout", "examples", "Example episodes")
 def _examples(data: RunData, plots: dict[str, str]) -> str:
     parts = [f"<p>Up to {EXAMPLES_PER_OUTCOME} episodes per outcome, failures first. "
              "Model-written text is shown as text.</p>"]
-    chosen = _anchors(data)
+    chosen = anchors(data)
     order = sorted(chosen, key=lambda o: Outcome(o) is Outcome.SUCCESS)
     for outcome in order:
         parts.append(f"<h3>{esc(outcome)} ({esc(Outcome(outcome).outcome_class.value)})</h3>")
         for i, rec in chosen[outcome]:
-            parts.append(f'<details open><summary>#{i} {esc(rec["task_id"])}</summary>{transcript(rec, _ep(i))}'
+            parts.append(f'<details open><summary>#{i} {esc(rec["task_id"])}</summary>{transcript(rec, ep_anchor(i))}'
                          "</details>")
     return "\n".join(parts)
 
@@ -308,7 +322,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> ReportFi
 
 
 def report_command(
-    run_dir: Annotated[Path, typer.Argument(help="a rollout directory (trajectories.jsonl, report.json, run.json)")],
+    run_dir: Annotated[Path, typer.Argument(help="a rollout directory (trajectories.jsonl, report.json, run.json) "
+                                                 "or a training run (steps.jsonl, config.json)")],
     out: Annotated[Path | None, typer.Option("--out", help="HTML file to write (default RUN_DIR/report.html)")] = None,
 ) -> None:
     """Render a run as one self-contained HTML report, with its plots also written as PNG files."""

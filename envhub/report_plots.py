@@ -21,14 +21,20 @@ CLASS_COLORS = {
 }
 
 
-def _figure(width: float = 6.4, height: float = 3.4):  # -> (Figure, Axes)
+def new_panels(rows: int, cols: int, width: float, height: float):  # -> (Figure, list[Axes])
+    """A figure of ``rows`` x ``cols`` axes, on no display and outside pyplot's global state."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    return fig, fig.add_subplot()
+    return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(rows * cols)]
 
 
-def _png(fig) -> bytes:
+def new_figure(width: float = 6.4, height: float = 3.4):  # -> (Figure, Axes)
+    fig, (ax,) = new_panels(1, 1, width, height)
+    return fig, ax
+
+
+def png(fig) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -39,7 +45,7 @@ def _png(fig) -> bytes:
 
 def outcome_mix(data: RunData) -> bytes:
     """Every outcome, zero counts included, coloured by class: an infra failure is never hidden."""
-    fig, ax = _figure(7.2, 3.6)
+    fig, ax = new_figure(7.2, 3.6)
     counts = data.summary["by_outcome"]
     names = [o.value for o in Outcome]
     bars = ax.bar(names, [counts[n] for n in names], color=[CLASS_COLORS[o.outcome_class] for o in Outcome])
@@ -50,21 +56,21 @@ def outcome_mix(data: RunData) -> bytes:
     from matplotlib.patches import Patch
 
     ax.legend(handles=[Patch(color=c, label=k.value) for k, c in CLASS_COLORS.items()], fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def reward_distribution(data: RunData) -> bytes:
-    fig, ax = _figure()
+    fig, ax = new_figure()
     rewards = [float(r.get("reward", 0.0) or 0.0) for r in data.records]
     ax.hist(rewards or [0.0], bins=20, range=(min([0.0, *rewards]), max([1.0, *rewards])), color="#1565c0")
     ax.set_xlabel("reward")
     ax.set_ylabel("episodes")
     ax.set_title(f"reward distribution (mean {data.summary['mean_reward']:.3f})")
-    return _png(fig)
+    return png(fig)
 
 
 def _rate_bars(groups: dict, title: str, xlabel: str) -> bytes:
-    fig, ax = _figure()
+    fig, ax = new_figure()
     labels = [str(k) for k in groups]
     values: list[Group] = list(groups.values())
     bars = ax.bar(labels, [g.strict_rate for g in values], color="#2e7d32")
@@ -74,7 +80,7 @@ def _rate_bars(groups: dict, title: str, xlabel: str) -> bytes:
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.tick_params(axis="x", labelrotation=30 if len(labels) > 4 else 0, labelsize=8)
-    return _png(fig)
+    return png(fig)
 
 
 def success_by_difficulty(data: RunData) -> bytes:
@@ -86,7 +92,7 @@ def success_by_family(data: RunData) -> bytes:
 
 
 def time_split(data: RunData) -> bytes:
-    fig, ax = _figure(6.4, 2.4)
+    fig, ax = new_figure(6.4, 2.4)
     split = data.time_split()
     left = 0.0
     colors = {"agent": "#1565c0", "sandbox": "#00838f", "verifier": "#6a1b9a", "other": "#9e9e9e"}
@@ -96,21 +102,21 @@ def time_split(data: RunData) -> bytes:
     ax.set_xlabel("seconds, summed over episodes")
     ax.set_title("time split")
     ax.legend(fontsize=7, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
-    return _png(fig)
+    return png(fig)
 
 
 def difficulty_histogram(data: RunData) -> bytes | None:
     """Tasks by their per-sample success rate (from profile.json): the 0 and 1 bars teach GRPO nothing."""
     if not data.profile or not data.profile.get("tasks"):
         return None
-    fig, ax = _figure()
+    fig, ax = new_figure()
     k = int(data.profile.get("k", 1) or 1)
     rates = [t["pass@1"] for t in data.profile["tasks"] if t.get("pass@1") is not None]
     ax.hist(rates, bins=[(i - 0.5) / k for i in range(k + 2)], color="#ef6c00", edgecolor="white")
     ax.set_xlabel(f"per-task success rate over {k} samples")
     ax.set_ylabel("tasks")
     ax.set_title(f"difficulty histogram ({len(rates)} tasks)")
-    return _png(fig)
+    return png(fig)
 
 
 Plotter = Callable[[RunData], bytes | None]
@@ -131,7 +137,7 @@ def draw(data: RunData) -> dict[str, bytes]:
     """Every plot of ``data``'s kind that has something to show, as PNG bytes."""
     out = {}
     for name, plotter in PLOTS.get(data.kind, {}).items():
-        png = plotter(data)
-        if png is not None:
-            out[name] = png
+        image = plotter(data)
+        if image is not None:
+            out[name] = image
     return out

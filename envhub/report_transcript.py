@@ -53,8 +53,9 @@ def _sampled_mark(turn: dict[str, Any]) -> str:
             f"{mean}{weights}; finish {esc(turn.get('finish_reason') or '?')}</span>")
 
 
-def transcript(rec: dict[str, Any], anchor: str) -> str:
-    """One episode as a ``<section>`` with ``id=anchor`` (``anchor`` is the report's own)."""
+def transcript(rec: dict[str, Any], anchor: str, back: str = "examples") -> str:
+    """One episode as a ``<section>`` with ``id=anchor``, ending in a link to section ``back``
+    (both are the report's own ids, never a record's)."""
     outcome = Outcome(rec["outcome"])
     parts = [f'<section class="episode" id="{esc(anchor)}">',
              f"<h3>{esc(rec['task_id'])} &middot; {esc(outcome.value)} ({esc(outcome.outcome_class.value)})"
@@ -90,5 +91,5 @@ def transcript(rec: dict[str, Any], anchor: str) -> str:
                        for la in layers)
         parts.append('<table class="layers"><tr><th>layer</th><th>check</th><th>result</th><th>score</th>'
                      f"<th>reason</th></tr>{rows}</table>")
-    parts.append('<p><a href="#examples">back to the examples</a></p></section>')
+    parts.append(f'<p><a href="#{esc(back)}">back to the list</a></p></section>')
     return "\n".join(p for p in parts if p)

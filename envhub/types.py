@@ -111,6 +111,28 @@ class Action(_Model):
     tool_calls: list[ToolCall] | None = None
 
 
+class Sample(_Model):
+    """How a policy produced one action: the model's exact sampled ids and their logprobs (empty
+    for scripted policies), why sampling stopped, which weights sampled it, and how long the policy
+    took. It is recorded on the action's :class:`Turn` and never read by the env's logic."""
+
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    finish_reason: str | None = None
+    weight_version: str | None = None
+    agent_seconds: float | None = None
+
+    def record_on(self, turn: Turn) -> None:
+        """Write this sample into ``turn`` (its ids, logprobs, finish reason, weight version and
+        ``timings["agent_s"]``)."""
+        turn.token_ids = list(self.token_ids)
+        turn.logprobs = list(self.logprobs)
+        turn.finish_reason = self.finish_reason
+        turn.weight_version = self.weight_version
+        if self.agent_seconds is not None:
+            turn.timings["agent_s"] = self.agent_seconds
+
+
 class LayerResult(_Model):
     """One verifier layer's finding. ``score`` is in [0, 1]."""
 
@@ -178,7 +200,8 @@ class Task(_Model):
 class Turn(_Model):
     """One policy turn and the env's answer to it.
 
-    ``token_ids`` / ``logprobs`` are the model's exact samples (empty for scripted policies);
+    ``token_ids`` / ``logprobs`` / ``finish_reason`` / ``weight_version`` come with the action
+    (a :class:`Sample`: the model's exact samples, empty for scripted policies);
     ``observation_ids`` are the tokens the policy appended for the env's reply (mask 0).
     """
 

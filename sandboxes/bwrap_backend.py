@@ -18,25 +18,43 @@ namespace (``--as-pid-1``), so the agent cannot kill it and a reset can ``kill(-
 Why the host uid is dropped to ``nobody`` when we run as root: the kernel never enforces
 RLIMIT_NPROC for uid 0 -- not even for a uid mapped onto 0 inside a user namespace -- so a fork
 bomb would be unbounded. As an unprivileged host uid, the per-user-namespace process count
-applies. bwrap cannot use cgroups, so memory is capped per process (RLIMIT_AS) only.
+applies.
+
+Limits beyond rlimits: where this process may make cgroups (:mod:`.bwrap_cgroups`), each
+sandbox -- bwrap, the executor and everything under it -- runs in one of its own that bounds its
+total memory (no swap) and process count; bwrap is started through a one-line shell gate that
+waits until the host has moved it into the cgroup, so nothing escapes it by forking early. An
+OOM kill there is the agent's: its exec result says so (``oom_killed``), and if the kernel had
+to kill the executor itself (memory held by files and no process of the agent's left to kill)
+the sandbox is started afresh, empty, and the call still answers as an out-of-memory result.
+Elsewhere memory is capped per process (RLIMIT_AS) only. Every sandbox runs under the seccomp
+filter of :mod:`.bwrap_seccomp` (``--seccomp``), where libseccomp and pyseccomp are installed.
+:func:`hardening` says which of the two this machine gets.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import errno
 import json
 import os
 import select
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from envhub.sandboxes import spawner
-from envhub.sandboxes.base import SandboxSpec
-from envhub.sandboxes.channel import PipeTransport, Transport
+from envhub.sandboxes.base import SandboxError, SandboxSpec
+from envhub.sandboxes.bwrap_cgroups import CgroupPlan, SandboxCgroup, cgroup_plan, sandbox_cgroup
+from envhub.sandboxes.bwrap_seccomp import SeccompProgram, seccomp_program
+from envhub.sandboxes.channel import ExecutorChannel, PipeTransport, Transport
 from envhub.sandboxes.hidden import hidden_paths
-from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
+from envhub.sandboxes.resident import BASE_ENV, START_TIMEOUT_S, ResidentSandbox, executor_argv
 
 SANDBOX_UID = 1000
 #: The host uid bwrap runs as when we are root (see the module docstring).
@@ -47,6 +65,45 @@ HOST_ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/al
 #: How long to wait for bwrap's --info-fd JSON once the executor has answered (it is written first).
 INFO_TIMEOUT_S = 5.0
 NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificates")
+#: bwrap is started by ``sh -c GATE bwrap ...``: the shell waits for one line on its stdin (the
+#: executor channel) -- sent once the host has put the shell in the sandbox's cgroup -- and then
+#: becomes bwrap. ``read`` takes a pipe byte by byte, so nothing meant for the executor is eaten.
+GATE_SHELL = "/bin/sh"
+GATE = 'read -r go || exit 125; exec "$@"'
+#: Executor ops whose reply is an exec result (what an OOM kill is reported in).
+EXEC_OPS = ("exec", "pyexec")
+OOM_RESTARTED = ("envhub: the sandbox ran out of memory and the kernel killed its executor, so it was "
+                 "started afresh: every process is gone and /work, /tmp and /dev/shm are empty\n")
+FIX_CGROUP = ("run envhub as root on a host whose cgroup memory controller is writable (cgroup v1, or v2 with "
+              "memory delegated), or use docker for untrusted code")
+FIX_SECCOMP = "pip install 'envhub[bwrap]' (pyseccomp) and apt-get install libseccomp2"
+
+
+@dataclass(frozen=True)
+class Hardening:
+    """What a bwrap sandbox gets here beyond namespaces and rlimits (see the module docstring)."""
+
+    cgroup: CgroupPlan
+    seccomp: SeccompProgram
+
+    @property
+    def complete(self) -> bool:
+        return self.cgroup.ok and self.seccomp.ok
+
+    def describe(self) -> str:
+        """The doctor's words: the bound and the filter, or what is missing and what to prefer."""
+        text = f"{self.cgroup.describe()}; {self.seccomp.describe()}"
+        if not self.complete:
+            text += "; prefer docker for untrusted code (envs with needs_isolation)"
+        return text
+
+    def fix(self) -> str:
+        return "; ".join(fix for ok, fix in ((self.cgroup.ok, FIX_CGROUP), (self.seccomp.ok, FIX_SECCOMP)) if not ok)
+
+
+def hardening() -> Hardening:
+    """Whether bwrap sandboxes get a memory cgroup and the seccomp filter on this machine."""
+    return Hardening(cgroup_plan(), seccomp_program())
 
 
 def bwrap_binary() -> str | None:
@@ -141,6 +198,10 @@ class BwrapSandbox(ResidentSandbox):
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the sandbox
         self._info: int | None = None  # read end of bwrap's --info-fd (it names the executor's pid)
+        #: The sandbox's own cgroup (made at the first launch), None where there is none.
+        self.cgroup: SandboxCgroup | None = None
+        self._cgroup_made = False
+        self._restart_lock = threading.Lock()
 
     def _launch(self) -> Transport:
         bwrap, python = bwrap_binary(), sandbox_python()
@@ -148,35 +209,42 @@ class BwrapSandbox(ResidentSandbox):
             raise FileNotFoundError("bwrap is not installed")
         if python is None:
             raise FileNotFoundError("no python3 under /usr for the sandbox")
+        if not self._cgroup_made:
+            self._cgroup_made = True
+            self.cgroup = sandbox_cgroup(self.limits.memory_mb * 1024 * 1024, self.limits.pids, self.token)
         fds: dict[str, int] = {}
-        info_write = None
+        info_write = seccomp_read = None
         try:
             for dest, content in _synthetic_etc().items():
-                read_end, write_end = os.pipe()  # each is far below the pipe buffer size
-                os.write(write_end, content)
-                os.close(write_end)
-                fds[dest] = read_end
+                fds[dest] = _data_pipe(content)
             self._info, info_write = os.pipe()
+            extra = ["--info-fd", str(info_write)]
+            program = seccomp_program()
+            if program.bpf is not None:
+                seccomp_read = _data_pipe(program.bpf)
+                extra += ["--seccomp", str(seccomp_read)]
             config = {
                 "workdir": self.workdir,
                 "wipe": [self.workdir, "/tmp", "/dev/shm"],
                 "env": {**BASE_ENV, "HOME": "/tmp", "USER": "agent"},
                 "kill_all": True,
                 "wipe_ipc": True,  # its own IPC namespace: SysV objects, /dev/shm, /dev/mqueue
-                "oom": "heuristic",
+                "oom": "heuristic",  # the cgroup's OOM counter is read by the host (see _call)
                 "limits": self._rlimits(),
                 "token": self.token,
             }
             hidden = hidden_paths(bound_roots())
-            argv = [bwrap, *bwrap_args(self.spec, fds, self.workdir, hidden), "--info-fd", str(info_write), "--",
+            argv = [bwrap, *bwrap_args(self.spec, fds, self.workdir, hidden), *extra, "--",
                     *executor_argv(python, {**config, "preload": list(self.spec.preload)})]
+            if self.cgroup is not None:
+                argv = [GATE_SHELL, "-c", GATE, "envhub-bwrap-gate", *argv]
             drop = os.getuid() == 0
             self._proc = spawner.popen(  # not from this thread: see spawner.py
                 argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,
-                pass_fds=(*fds.values(), info_write),
+                pass_fds=(*fds.values(), info_write, *([seccomp_read] if seccomp_read is not None else [])),
                 cwd="/",
                 env={"PATH": BASE_ENV["PATH"]},
                 user=UNPRIVILEGED_UID if drop else None,
@@ -184,17 +252,88 @@ class BwrapSandbox(ResidentSandbox):
                 extra_groups=[] if drop else None,
             )
         finally:
-            for fd in [*fds.values(), info_write]:
+            for fd in [*fds.values(), info_write, seccomp_read]:
                 if fd is not None:
                     os.close(fd)
         assert self._proc.stdin is not None and self._proc.stdout is not None
+        if self.cgroup is not None:  # into the cgroup before bwrap exists, then open the gate
+            self.cgroup.place(self._proc.pid)
+            self._proc.stdin.write(b"\n")
+            self._proc.stdin.flush()
         return PipeTransport(self._proc.stdin, self._proc.stdout)
 
     def _rlimits(self) -> dict[str, int]:
         limits = super()._rlimits()
+        # Kept under a cgroup too: a single huge allocation (the executor's own, for a transfer)
+        # then fails with ENOMEM instead of making the kernel pick a process to kill.
         limits["as"] = self.limits.memory_mb * 1024 * 1024
         limits["nproc"] = self.limits.pids  # counted per user namespace: this sandbox only
         return limits
+
+    def _call(self, op: str, wait: float, **fields: Any) -> dict[str, Any]:
+        """As the base class, plus what the cgroup knows: an exec during which the kernel
+        OOM-killed a process of the sandbox reports ``oom_killed``, and a call that failed
+        because the kernel killed the executor itself for the sandbox's memory limit restarts
+        the sandbox (see :meth:`_after_restart` for what the call then returns)."""
+        cgroup = self.cgroup
+        if cgroup is None:
+            return super()._call(op, wait, **fields)
+        before = cgroup.oom_kills()
+        t0 = time.monotonic()
+        try:
+            reply = super()._call(op, wait, **fields)
+        except SandboxError:
+            if not self._executor_oom_killed(cgroup, before):
+                raise
+            self._restart()
+            return self._after_restart(op, wait, fields, time.monotonic() - t0)
+        if op in EXEC_OPS and not reply.get("oom_killed") and cgroup.oom_kills() > before:
+            reply = {**reply, "oom_killed": True}
+        return reply
+
+    def _after_restart(self, op: str, wait: float, fields: dict[str, Any], duration: float) -> dict[str, Any]:
+        """The answer to ``op``, whose executor the kernel killed for memory, once restarted:
+        an exec is a command killed for memory; a reset is done (the new sandbox is pristine);
+        a ping goes to the new executor; a file operation fails as an OSError (ENOMEM), which
+        tools report to the agent."""
+        if op in EXEC_OPS:
+            return _oom_reply(duration)
+        if op == "reset":
+            return {"killed": 0, "ipc_removed": 0}
+        if op in ("ping", "hello"):
+            return super()._call(op, wait, **fields)
+        raise OSError(errno.ENOMEM, OOM_RESTARTED.strip())
+
+    def _executor_oom_killed(self, cgroup: SandboxCgroup, before: int) -> bool:
+        proc = self._proc
+        return (not self._closed and proc is not None and cgroup.oom_kills() > before
+                and _exited(proc, timeout=1.0))
+
+    def _restart(self) -> None:
+        """A fresh executor in the same cgroup, after the kernel killed the old one (see _call).
+        SandboxError when it does not start: then the sandbox is broken for real."""
+        with self._restart_lock:
+            if self._closed:
+                raise SandboxError("the bwrap sandbox was closed")
+            if self._channel is not None:
+                self._channel.close()
+            with self._proc_dir_lock:
+                fd, self._proc_dir, self._proc_dir_known = self._proc_dir, None, False
+            if fd is not None:
+                os.close(fd)
+            self._stop()
+            if self.cgroup is not None:
+                self.cgroup.kill_all()  # the old tmpfs is freed once its last process is gone
+            try:
+                self._channel = ExecutorChannel(self._launch(), self._describe)
+                self.info = self._channel.call("hello", START_TIMEOUT_S)
+            except (OSError, SandboxError) as exc:
+                raise SandboxError(f"the bwrap sandbox could not be restarted after running out of memory: "
+                                   f"{exc}; {self._describe()}") from exc
+            if self._closed:  # closed meanwhile (a signal's cleanup): what we started goes too
+                self._channel.close()
+                self._stop()
+                raise SandboxError("the bwrap sandbox was closed while restarting")
 
     def _executor_host_pid(self) -> int | None:
         """The sandbox's PID 1 (our executor), from the JSON bwrap writes to ``--info-fd``."""
@@ -227,21 +366,59 @@ class BwrapSandbox(ResidentSandbox):
         except ValueError:
             tail = ""
         state = "running" if code is None else f"exited with {code}"
-        return f"bwrap {state}{': ' + tail if tail else ''}"
+        ooms = self.cgroup.oom_kills() if self.cgroup is not None else 0
+        memory = f"; {ooms} process(es) killed for the sandbox's memory limit" if ooms else ""
+        return f"bwrap {state}{': ' + tail if tail else ''}{memory}"
 
-    def _destroy(self) -> None:
+    def _stop(self) -> None:
+        """Kill bwrap and, with it, every process of the sandbox. Idempotent."""
         proc, self._proc = self._proc, None
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
-                    stream.close()
+                    with contextlib.suppress(OSError):
+                        stream.close()
             # SIGKILL to bwrap; --die-with-parent then kills our PID 1 and with it the namespace.
             proc.kill()
             proc.wait()
         if self._info is not None:
             os.close(self._info)
             self._info = None
+
+    def _destroy(self) -> None:
+        self._stop()
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
         self._stderr.close()
 
     def _ident(self) -> str:
         return f"pid {self._proc.pid}" if self._proc else ""
+
+
+def _data_pipe(content: bytes) -> int:
+    """The read end of a pipe that holds ``content`` and then EOF (it must fit the pipe buffer)."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, content)
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
+
+
+def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _oom_reply(duration: float) -> dict[str, Any]:
+    """The exec reply of a call whose sandbox was restarted after the kernel killed its executor."""
+    return {"exit_code": 137, "signal": 9, "stdout": "", "stdout_dropped": 0,
+            "stderr": base64.b64encode(OOM_RESTARTED.encode()).decode("ascii"), "stderr_dropped": 0,
+            "timed_out": False, "oom_killed": True, "duration": duration}

@@ -25,19 +25,27 @@ def build(
         typer.Option("--family", help="Also build a task-family image: NAME=DOCKERFILE_DIR."),
     ] = None,
 ) -> None:
-    """Build envhub/base:<version> offline: debootstrap from this machine's apt mirror, docker import."""
+    """Build envhub/base:<version> offline: debootstrap from this machine's apt mirror, docker import.
+
+    Each stage and its elapsed time are shown on stderr when it is a terminal (ENVHUB_PROGRESS=1/0
+    overrides); what is printed on stdout is the same either way."""
+    from envhub.progress import Stages, progress_wanted
     from envhub.sandboxes.base import SandboxError
     from envhub.sandboxes.images import build_base_image, build_family_image
 
+    stages = Stages("sandbox build", show=progress_wanted())
     try:
-        tag = build_base_image(force, from_image=from_image, log_fn=console.print)
+        tag = build_base_image(force, from_image=from_image, log_fn=console.print, stages=stages)
         console.print(f"[green]ready:[/green] {tag}")
         if family:
             name, _, folder = family.partition("=")
-            console.print(f"[green]ready:[/green] {build_family_image(name, folder, force, log_fn=console.print)}")
+            built = build_family_image(name, folder, force, log_fn=console.print, stages=stages)
+            console.print(f"[green]ready:[/green] {built}")
     except (SandboxError, FileNotFoundError) as exc:
+        stages.finish("failed")
         console.print(f"[red]build failed:[/red] {exc}")
         raise typer.Exit(1) from exc
+    stages.finish()
 
 
 @app.command()

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 
-from envhub.sandboxes.base import Sandbox, SandboxSpec
+from envhub.sandboxes.base import Sandbox, SandboxError, SandboxSpec
 from envhub.sandboxes.resident import ResidentSandbox
+
+#: Size of the warm pool that :func:`create_sandbox` takes sandboxes from when its caller names none.
+POOL_VARIABLE = "ENVHUB_SANDBOX_POOL"
 
 
 def new_sandbox(backend: str, spec: SandboxSpec | None = None) -> ResidentSandbox:
@@ -25,23 +28,42 @@ def new_sandbox(backend: str, spec: SandboxSpec | None = None) -> ResidentSandbo
     raise ValueError(f"unknown sandbox backend {backend!r}")
 
 
-def create_sandbox(backend: str = "auto", spec: SandboxSpec | None = None, *,
-                   pooled: bool | None = None) -> Sandbox:
+def default_pool_size() -> int:
+    """``ENVHUB_SANDBOX_POOL`` (0 when unset); ValueError for a value that is no size."""
+    raw = os.environ.get(POOL_VARIABLE, "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit():
+        raise ValueError(f"{POOL_VARIABLE}={raw!r} is not a pool size (a non-negative integer)")
+    return int(raw)
+
+
+def create_sandbox(backend: str = "auto", spec: SandboxSpec | None = None, *, pool: int | None = None,
+                   isolate: bool = False) -> Sandbox:
     """A started sandbox with its own, empty work dir. Close it (or use ``with``) when done.
 
-    ``backend`` is auto | docker | bwrap | process (see :func:`select_backend`). With
-    ``pooled`` (default: ``ENVHUB_SANDBOX_POOL`` set to a size > 0) the sandbox comes from a
-    process-wide warm pool and ``close()`` resets it and gives it back -- the same contract,
-    without paying a cold start per episode.
-    """
-    from envhub.sandboxes.selection import select_backend
+    ``backend`` is auto | docker | bwrap | process (see :func:`select_backend`). With ``pool`` > 0
+    (default: ``ENVHUB_SANDBOX_POOL``, else 0) the sandbox comes from the process-wide warm pool of
+    its backend and spec, which keeps ``pool`` idle ones, and ``close()`` resets it and gives it
+    back -- the same contract, without paying a cold start per use; with 0 it is a cold one of its own.
 
+    ``isolate``: the caller runs code next to something that code must not see (hidden tests), so
+    the ``process`` backend, which hides nothing, is used only when asked for by name
+    (``backend`` or ``ENVHUB_SANDBOX``); where ``auto`` finds nothing better, SandboxError says how
+    to fix that. ValueError for an unknown backend name or a negative pool size.
+    """
+    from envhub.sandboxes.selection import requested_backend, select_backend
+
+    size = default_pool_size() if pool is None else pool
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"a sandbox pool size is a non-negative integer, not {pool!r}")
     name = select_backend(backend)
-    pool_size = int(os.environ.get("ENVHUB_SANDBOX_POOL", "0") or 0)
-    if pooled is None:
-        pooled = pool_size > 0
-    if pooled:
+    if isolate and name == "process" and requested_backend(backend) != "process":
+        raise SandboxError("the code run here sits next to what it must not see, and no isolating sandbox "
+                           "(docker, bwrap) works on this machine; `envhub sandbox doctor` says how to fix that, "
+                           "or pass --sandbox process to run it without isolation anyway")
+    if size > 0:
         from envhub.sandboxes.pool import shared_pool
 
-        return shared_pool(name, spec, size=max(pool_size, 1)).acquire()
+        return shared_pool(name, spec, size=size).acquire()
     return new_sandbox(name, spec)

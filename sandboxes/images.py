@@ -27,10 +27,12 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from envhub.progress import Progress, Stages
 from envhub.sandboxes.apt_sources import Mirror, find_mirror
 from envhub.sandboxes.base import SandboxError
 from envhub.sandboxes.dockerapi import (
@@ -111,31 +113,40 @@ def base_image_status() -> tuple[bool, str]:
 
 
 def build_base_image(force: bool = False, *, from_image: str | None = None, tag: str | None = None,
-                     log_fn: Logger | None = None) -> str:
+                     log_fn: Logger | None = None, stages: Stages | None = None) -> str:
     """Build (or reuse) the base image; returns its tag.
 
     Without ``from_image``: debootstrap from the machine's apt mirror (needs root and the
     ``debootstrap`` package) and ``docker import``. With it: a Dockerfile on that public image
     (needs a reachable registry). Either way the result is reused while its inputs are unchanged.
+    ``stages`` shows each step with its elapsed time (debootstrap's output summarized).
     """
     say = log_fn or log.info
+    st = stages or Stages("build", show=False)
     tag = tag or base_image_tag()
     if from_image:
-        return _build_from_image(from_image, tag, force, say)
-    mirror = find_mirror()
+        return _build_from_image(from_image, tag, force, say, st)
+    with st.stage("find mirror"):
+        mirror = find_mirror()
     if mirror is None:
         raise SandboxError(
             "no Debian mirror found in /etc/apt/sources.list{,.d}; build from a public image "
             "instead: envhub sandbox build --from python:3.11-slim")
     inputs = base_inputs(mirror)
     digest = inputs_hash(inputs)
-    with _build_lock(tag):  # a second builder (thread or process) waits, then finds the image built
-        if not force and image_is_current(tag, digest):
+    with contextlib.ExitStack() as held:
+        with st.stage("wait for other builders"):  # a second builder (thread or process) waits, then finds it built
+            held.enter_context(_build_lock(tag))
+        with st.stage("check the cached image") as check:
+            current = not force and image_is_current(tag, digest)
+            check.update(note="up to date" if current else ("--force" if force else "inputs changed or no image"))
+        if current:
             say(f"{tag} is up to date (inputs {digest})")
             return tag
-        _debootstrap_and_import(mirror, inputs, digest, tag, say)
-    if not image_is_current(tag, digest):
-        raise SandboxError(f"docker import did not produce {tag} with inputs {digest}")
+        _debootstrap_and_import(mirror, inputs, digest, tag, say, st)
+    with st.stage("verify the image"):
+        if not image_is_current(tag, digest):
+            raise SandboxError(f"docker import did not produce {tag} with inputs {digest}")
     say(f"built {tag} (inputs {digest})")
     return tag
 
@@ -151,7 +162,8 @@ def _build_lock(tag: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _debootstrap_and_import(mirror: Mirror, inputs: dict[str, Any], digest: str, tag: str, say: Logger) -> None:
+def _debootstrap_and_import(mirror: Mirror, inputs: dict[str, Any], digest: str, tag: str, say: Logger,
+                            st: Stages) -> None:
     if os.geteuid() != 0:
         raise SandboxError("debootstrap needs root: run `sudo envhub sandbox build`, or use --from IMAGE")
     if shutil.which("debootstrap") is None:
@@ -160,16 +172,21 @@ def _debootstrap_and_import(mirror: Mirror, inputs: dict[str, Any], digest: str,
     try:
         rootfs = scratch / "rootfs"
         say(f"debootstrap {mirror.suite} from {mirror.uri} (about a minute)")
-        _debootstrap(mirror, rootfs)
-        _customize(rootfs, inputs, digest)
+        with st.stage("debootstrap") as progress:
+            _debootstrap(mirror, rootfs, progress)
+        with st.stage("customize"):
+            _customize(rootfs, inputs, digest)
         tarball = scratch / "rootfs.tar"
-        _tar(rootfs, tarball)
+        with st.stage("tar the root file system") as progress:
+            _tar(rootfs, tarball)
+            progress.update(note=f"{tarball.stat().st_size / 2**20:.0f} MiB")
         say(f"docker import -> {tag}")
         repository, _, version = tag.rpartition(":")
         changes = [*RECIPE["changes"], f"LABEL {LABEL_IMAGE}=base {LABEL_INPUTS}={digest} "
                                        f"{LABEL_VERSION}={envhub_version()}"]
-        docker_client(timeout=900).api.import_image_from_file(
-            str(tarball), repository=repository, tag=version, changes=changes)
+        with st.stage("docker import"):
+            docker_client(timeout=900).api.import_image_from_file(
+                str(tarball), repository=repository, tag=version, changes=changes)
     finally:
         _remove_tree(scratch)
 
@@ -180,19 +197,70 @@ def ensure_base_image() -> str:
     return base_image_tag() if ok else build_base_image()
 
 
-def _debootstrap(mirror: Mirror, rootfs: Path) -> None:
+def _debootstrap(mirror: Mirror, rootfs: Path, progress: Progress | None = None) -> None:
     cmd = ["debootstrap", f"--variant={RECIPE['variant']}", f"--include={','.join(RECIPE['packages'])}",
            f"--components={','.join(mirror.components)}"]
     if mirror.keyring:
         cmd.append(f"--keyring={mirror.keyring}")
     cmd += [mirror.suite, str(rootfs), mirror.uri]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-3000:]
+    returncode, tail = run_summarized(cmd, DebootstrapSummary(progress))
+    if returncode != 0:
         log_file = rootfs / "debootstrap" / "debootstrap.log"
         if log_file.is_file():
             tail += "\n" + log_file.read_text(errors="replace")[-3000:]
-        raise SandboxError(f"debootstrap failed ({proc.returncode}):\n{tail}")
+        raise SandboxError(f"debootstrap failed ({returncode}):\n{tail}")
+
+
+def run_summarized(cmd: list[str], on_line: Callable[[str], None], tail_chars: int = 3000) -> tuple[int, str]:
+    """Run ``cmd`` with its stdout and stderr merged, each line handed to ``on_line`` as it comes;
+    returns the exit status and the last ``tail_chars`` of the output (for the error message)."""
+    kept: deque[str] = deque()
+    size = 0
+    with subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace") as proc:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                kept.append(line)
+                size += len(line)
+                while size > tail_chars and len(kept) > 1:
+                    size -= len(kept.popleft())
+                on_line(line.rstrip("\n"))
+        except BaseException:  # Ctrl-C, or on_line failed: the command must not run on alone
+            proc.kill()
+            raise
+    return proc.returncode, "".join(kept)[-tail_chars:]
+
+
+class DebootstrapSummary:
+    """debootstrap's output as a :class:`Progress` note: the current line and how many packages
+    each step has done so far (``I: Retrieving libc6 2.36-9`` or ``I: Unpacking libc6:amd64...``
+    counts one package; ``I: Unpacking the base system...`` none). Its warnings and errors
+    (``W:``, ``E:``) are shown as they come."""
+
+    STEPS = {"Retrieving": "retrieved", "Validating": "validated", "Extracting": "extracted",
+             "Unpacking": "unpacked", "Configuring": "configured"}
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, line: str) -> None:
+        if self.progress is None:
+            return
+        kind, _, text = line.partition(": ")
+        if kind in ("W", "E"):
+            self.progress.say(f"debootstrap: {line}")
+            return
+        verb, _, rest = text.partition(" ")
+        if kind != "I" or not rest:
+            return
+        words = rest.split()
+        one_package = (len(words) == 1 and rest.endswith("...")) or (len(words) == 2 and words[1][:1].isdigit())
+        if verb in self.STEPS and one_package:
+            self.counts[self.STEPS[verb]] += 1
+        counts = ", ".join(f"{n} {word}" for word, n in self.counts.items())
+        self.progress.update(note=text[:60] + (f"; {counts}" if counts else ""))
 
 
 def _customize(rootfs: Path, inputs: dict[str, Any], digest: str) -> None:
@@ -240,7 +308,7 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _stream_build(stream: Any, say: Logger) -> None:
+def _stream_build(stream: Any, say: Logger, progress: Progress | None = None) -> None:
     for chunk in stream:
         if "error" in chunk:
             raise SandboxError(f"image build failed: {chunk['error'].strip()}")
@@ -249,21 +317,26 @@ def _stream_build(stream: Any, say: Logger) -> None:
             log.debug("%s", text)
             if text.startswith("Step "):
                 say(text)
+                if progress is not None:
+                    progress.update(note=text[:80])
 
 
-def _build_from_image(from_image: str, tag: str, force: bool, say: Logger) -> str:
+def _build_from_image(from_image: str, tag: str, force: bool, say: Logger, st: Stages) -> str:
     dockerfile = FROM_DOCKERFILE.format(base=from_image, uid=AGENT_UID)
     digest = inputs_hash({"from": from_image, "dockerfile": dockerfile})
-    if not force and image_is_current(tag, digest):
+    with st.stage("check the cached image"):
+        current = not force and image_is_current(tag, digest)
+    if current:
         say(f"{tag} is up to date (inputs {digest})")
         return tag
     client = docker_client(timeout=900)
     pull = image_labels(client, from_image) is None
     say(f"building {tag} from {from_image}{' (pulling it)' if pull else ''}")
-    stream = client.api.build(
-        fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True, pull=pull, decode=True,
-        labels={LABEL_IMAGE: "base", LABEL_INPUTS: digest, LABEL_VERSION: envhub_version()})
-    _stream_build(stream, say)
+    with st.stage("docker build") as progress:
+        stream = client.api.build(
+            fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True, forcerm=True, pull=pull, decode=True,
+            labels={LABEL_IMAGE: "base", LABEL_INPUTS: digest, LABEL_VERSION: envhub_version()})
+        _stream_build(stream, say, progress)
     say(f"built {tag} (inputs {digest})")
     return tag
 
@@ -274,7 +347,7 @@ def family_image_tag(name: str) -> str:
 
 
 def build_family_image(name: str, dockerfile_dir: str | os.PathLike[str], force: bool = False,
-                       log_fn: Logger | None = None) -> str:
+                       log_fn: Logger | None = None, stages: Stages | None = None) -> str:
     """Build a task family's image from ``dockerfile_dir`` (its Dockerfile says
     ``FROM envhub/base:<version>``, or ``ARG ENVHUB_BASE`` + ``FROM ${ENVHUB_BASE}``).
 
@@ -282,23 +355,28 @@ def build_family_image(name: str, dockerfile_dir: str | os.PathLike[str], force:
     and the base image's id. Returns the tag, ``envhub/<name>:<version>``.
     """
     say = log_fn or log.info
+    st = stages or Stages("build", show=False)
     folder = Path(dockerfile_dir)
     if not (folder / "Dockerfile").is_file():
         raise FileNotFoundError(f"no Dockerfile in {folder}")
-    base = ensure_base_image()
+    with st.stage("base image"):
+        base = ensure_base_image()
     client = docker_client(timeout=900)
-    hasher = hashlib.sha256(client.images.get(base).id.encode())
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        hasher.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
-    digest = hasher.hexdigest()[:24]
-    tag = family_image_tag(name)
-    if not force and image_is_current(tag, digest):
+    with st.stage(f"check the cached {name} image"):
+        hasher = hashlib.sha256(client.images.get(base).id.encode())
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            hasher.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
+        digest = hasher.hexdigest()[:24]
+        tag = family_image_tag(name)
+        current = not force and image_is_current(tag, digest)
+    if current:
         say(f"{tag} is up to date (inputs {digest})")
         return tag
     say(f"building {tag} from {folder}")
-    stream = client.api.build(
-        path=str(folder), tag=tag, rm=True, forcerm=True, pull=False, decode=True,
-        buildargs={"ENVHUB_BASE": base},
-        labels={LABEL_IMAGE: name, LABEL_INPUTS: digest, LABEL_VERSION: envhub_version()})
-    _stream_build(stream, say)
+    with st.stage(f"docker build {tag}") as progress:
+        stream = client.api.build(
+            path=str(folder), tag=tag, rm=True, forcerm=True, pull=False, decode=True,
+            buildargs={"ENVHUB_BASE": base},
+            labels={LABEL_IMAGE: name, LABEL_INPUTS: digest, LABEL_VERSION: envhub_version()})
+        _stream_build(stream, say, progress)
     return tag

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envhub.sandboxes import cleanup
-from envhub.sandboxes.base import ExecResult, Limits, SandboxError, SandboxSpec
+from envhub.sandboxes.base import ExecResult, Limits, Listing, SandboxError, SandboxSpec, Tree
 from envhub.sandboxes.resident import ResidentSandbox
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class PooledSandbox:
                     cwd: str | None = None, contain: bool = False) -> ExecResult:
         return self.sandbox.exec_python(source, timeout=timeout, env=env, cwd=cwd, contain=contain)
 
-    def read_tree(self, src: str = ".", max_bytes: int = 64 * 1024 * 1024) -> dict[str, bytes]:
+    def read_tree(self, src: str = ".", max_bytes: int = 64 * 1024 * 1024) -> Tree:
         return self.sandbox.read_tree(src, max_bytes)
 
     def write_files(self, files: dict[str, str | bytes]) -> None:
@@ -71,7 +71,7 @@ class PooledSandbox:
     def read_file(self, path: str) -> bytes:
         return self.sandbox.read_file(path)
 
-    def list_files(self, path: str = ".") -> list[str]:
+    def list_files(self, path: str = ".") -> Listing:
         return self.sandbox.list_files(path)
 
     def copy_in(self, host_dir: str, dest: str = ".") -> None:

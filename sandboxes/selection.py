@@ -2,9 +2,12 @@
 
 Auto order, best isolation first: docker (the engine answers and the base image exists), then
 bwrap (installed and a sandbox really starts -- user namespaces may be disabled), then process,
-which isolates nothing and therefore warns. ``ENVHUB_SANDBOX=docker|bwrap|process`` overrides
-"auto" for a whole run; an explicit name is always honoured (and fails loudly if it cannot work).
-The auto decision is probed once per process and cached.
+which isolates nothing and therefore warns. Picking bwrap where its sandboxes lack the memory
+cgroup or the seccomp filter (:func:`envhub.sandboxes.bwrap_backend.hardening`) warns too, saying
+to prefer docker for untrusted code; the doctor shows the same in bwrap's row.
+``ENVHUB_SANDBOX=docker|bwrap|process`` overrides "auto" for a whole run; an explicit name is
+always honoured (and fails loudly if it cannot work). The auto decision is probed once per
+process and cached.
 """
 
 from __future__ import annotations
@@ -100,10 +103,14 @@ def _smoke(backend: str, fix: str) -> BackendStatus:
     detail = f"python {result.stdout.strip()}"
     if not pytest.ok:
         detail += "; pytest missing (code-repair agents run visible tests with it: sudo apt-get install python3-pytest)"
-    if backend == "bwrap":  # what docker has and bwrap does not: auto picks docker first for that
-        detail += ("; memory is capped per process, not per sandbox, and no seccomp filter applies: "
-                   "prefer docker for untrusted code")
-    return BackendStatus(backend, True, detail=detail)
+    advice = ""
+    if backend == "bwrap":  # the memory bound and the seccomp filter, or what is missing here
+        from envhub.sandboxes.bwrap_backend import hardening
+
+        found = hardening()
+        detail += f"; {found.describe()}"
+        advice = found.fix()
+    return BackendStatus(backend, True, detail=detail, fix=advice)
 
 
 def doctor() -> list[BackendStatus]:
@@ -148,6 +155,12 @@ def _probe_auto() -> str:
                     docker.fix)
     bwrap = probe_bwrap()
     if bwrap.ok:
+        from envhub.sandboxes.bwrap_backend import hardening
+
+        found = hardening()
+        if not found.complete:
+            log.warning("auto picked bwrap (docker: %s), where %s; to get docker instead: %s",
+                        docker.reason, found.describe(), docker.fix)
         return "bwrap"
     from envhub.sandboxes.process_backend import warn_trusted_only
 

@@ -238,7 +238,7 @@ class SetMatch:
     The score is the fraction of the gold set named (recall) when every name given is in the gold
     set, and 0 as soon as one is not: adding a candidate one is unsure of can only lose. So an
     answer that stuffs in extra candidates scores no more than any answer that names only gold
-    items (``tests/test_set_scoring.py`` checks this over generated cases). It passes only when
+    items (``tests/verifiers/test_set_scoring.py`` checks this over generated cases). It passes only when
     the sets are equal. F1 is reported in the details as a diagnostic.
     """
 

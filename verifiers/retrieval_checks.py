@@ -1,15 +1,15 @@
-"""Checks for answers read out of documents: Python literals, and evidence recall as a metric.
+"""A check for answers that are Python literals (``None``, ``0o666``, ``'utf-8'``), as read out of docs.
 
-They complement :mod:`envhub.verifiers.checks`. Like those, every parser is strict: an answer
-that hedges ("None or 0") or pastes a paragraph is simply not equal to any literal, so answer
-stuffing cannot collect credit.
+It complements :mod:`envhub.verifiers.checks`. Like those, its parser is strict: an answer that
+hedges ("None or 0") or pastes a paragraph is simply not equal to any literal, so answer stuffing
+cannot collect credit. (Retrieval's evidence recall, a metric only that family has, lives with it:
+:mod:`envhub.tasks.retrieval.evidence`.)
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from envhub import safe_ast
 from envhub.types import Task
 from envhub.verifiers.checks import numbers_close
-from envhub.verifiers.layered import Graded, ScoreCheck
+from envhub.verifiers.layered import Graded
 
 _MISSING = object()
 _KEYWORDS = {"none": None, "true": True, "false": False}
@@ -75,42 +75,3 @@ class LiteralMatch:
         ok = literals_equal(got, gold)
         return Graded(1.0 if ok else 0.0, ok, f"expected {task.hidden[self.key]}, got {submission[self.field]!r}")
 
-
-def evidence_recall(gold: Iterable[str], found: Iterable[str]) -> float:
-    """Fraction of the gold evidence among ``found`` (1.0 when there is no gold evidence)."""
-    gold_set = set(gold)
-    return len(gold_set & set(found)) / len(gold_set) if gold_set else 1.0
-
-
-@dataclass
-class EvidenceRecall:
-    """Wraps a correctness check and records how much of the gold evidence the agent looked at.
-
-    It never changes the score: recall is a diagnostic (did the agent find the documents, or
-    guess?), logged in the layer details and in the episode's metrics. ``opened_key`` and
-    ``seen_key`` name the episode scratch sets that the env's tools maintain: documents the agent
-    opened, and documents that appeared in its search results or were opened.
-    """
-
-    inner: ScoreCheck
-    evidence_key: str = "evidence"
-    opened_key: str = "opened_docs"
-    seen_key: str = "seen_docs"
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    def __call__(self, task: Task, submission: dict[str, Any], episode: Any) -> Graded:
-        graded = self.inner(task, submission, episode)
-        gold = list(task.hidden.get(self.evidence_key, []))
-        scratch = getattr(episode, "scratch", None) or {}
-        opened = evidence_recall(gold, scratch.get(self.opened_key, ()))
-        seen = evidence_recall(gold, scratch.get(self.seen_key, ()))
-        details = dict(graded.details or {})
-        details.update({"evidence": gold, "evidence_recall": opened, "evidence_seen_recall": seen})
-        metrics = getattr(episode, "metrics", None)
-        if metrics is not None:
-            metrics.extra["evidence_recall"] = opened
-            metrics.extra["evidence_seen_recall"] = seen
-        return Graded(graded.score, graded.passed, graded.reason, details)

@@ -10,13 +10,13 @@ unusable as one that accepts it.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from envhub.collect import EnvWorkers, check_concurrency
 from envhub.parsing import format_tool_call
+from envhub.progress import Progress
 from envhub.types import Action, Outcome, Task
 
 if TYPE_CHECKING:
@@ -38,13 +38,24 @@ class NotApplicable(Exception):
     apart, so that a case never looks stronger than it is)."""
 
 
-def answer_case(name: str, make_answer: Callable[[Task], str], description: str = "") -> SuiteCase:
-    """An attack that submits a crafted answer string through the terminal tool."""
-    return SuiteCase(
-        name, "fail",
-        lambda env, task: [Action(text=format_tool_call(env.terminal_tool, {"answer": make_answer(task)}))],
-        description,
-    )
+def answer_case(name: str, make_answer: Callable[..., str], description: str = "", *,
+                expect: Literal["pass", "fail"] = "fail", with_env: bool = False) -> SuiteCase:
+    """A case that submits one crafted answer through the env's terminal tool, as its ``answer``
+    argument: ``make_answer(task)``, or ``make_answer(env, task)`` with ``with_env`` (for answers
+    built from what the env holds, e.g. its corpus). An attack by default; ``expect="pass"`` for
+    another spelling of the gold. ``make_answer`` may raise :class:`NotApplicable`."""
+
+    def actions(env: Env, task: Task) -> list[Action]:
+        answer = make_answer(env, task) if with_env else make_answer(task)
+        return [Action(text=format_tool_call(env.terminal_tool, {"answer": answer}))]
+
+    return SuiteCase(name, expect, actions, description)
+
+
+def suite_cases(env: Env) -> list[SuiteCase]:
+    """Every case of ``env``'s suite: the universal gold and noop, then the family's own
+    (``env.adversarial_cases()``)."""
+    return [*universal_cases(), *env.adversarial_cases()]
 
 
 def universal_cases() -> list[SuiteCase]:
@@ -115,16 +126,21 @@ def run_suite(
     *,
     cases: Sequence[str] | None = None,
     jobs: int = 1,
+    on_result: Callable[[CaseResult, int], None] | None = None,
 ) -> SuiteReport:
-    """Play every case on every task; ``jobs`` envs work in parallel.
+    """Play every case on every task; ``jobs`` envs work in parallel. The report lists the
+    results task by task, in the order of ``task_ids`` and the cases.
+
+    ``on_result(result, total)`` is called on the calling thread as each play finishes (in
+    completion order), ``total`` being how many plays the run has; what it raises ends the run.
 
     Raises ValueError before any case runs when ``jobs`` is not positive, ``task_ids`` is empty or
     names a task the env does not have, or ``cases`` names an unknown case.
     """
-    _check_jobs(jobs)
+    check_concurrency(jobs, "jobs")
     probe = env_factory()
     try:
-        all_cases = {c.name: c for c in probe.suite_cases()}
+        all_cases = {c.name: c for c in suite_cases(probe)}
         check_task_ids(probe, task_ids)
     finally:
         probe.close()
@@ -133,20 +149,9 @@ def run_suite(
         if unknown:
             raise ValueError(f"unknown suite cases {sorted(unknown)}; known: {', '.join(all_cases)}")
     selected = [all_cases[n] for n in (cases or all_cases)]
-    local = threading.local()
-    made: list[Env] = []
-    lock = threading.Lock()
 
-    def env() -> Env:
-        if not hasattr(local, "env"):
-            local.env = env_factory()
-            with lock:
-                made.append(local.env)
-        return local.env
-
-    def play(item: tuple[SuiteCase, str]) -> CaseResult:
+    def play(e: Env, item: tuple[SuiteCase, str]) -> CaseResult:
         case, task_id = item
-        e = env()
         try:
             verdict = e.play(task_id, lambda task: case.actions(e, task))
             return CaseResult(case.name, task_id, case.expect, verdict.outcome.value, verdict.reward, verdict.detail)
@@ -155,19 +160,29 @@ def run_suite(
         except Exception as exc:  # the suite machinery itself failed on this case
             return CaseResult(case.name, task_id, case.expect, Outcome.VERIFIER_ERROR.value, 0.0, repr(exc))
 
-    work = [(c, t) for t in task_ids for c in selected]
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(play, work))
-    finally:
-        for e in made:
-            e.close()
-    return SuiteReport(env_id=probe.env_id, results=results)
+    items = list(enumerate((c, t) for t in task_ids for c in selected))
+    done: dict[int, CaseResult] = {}
+    with EnvWorkers(env_factory, concurrency=jobs, thread_name_prefix="envhub-suite") as workers:
+        for i, result in workers.as_completed(lambda e, pair: (pair[0], play(e, pair[1])), items):
+            done[i] = result
+            if on_result is not None:
+                on_result(result, len(items))
+    return SuiteReport(env_id=probe.env_id, results=[done[i] for i, _ in items])
 
 
-def _check_jobs(jobs: int) -> None:
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+class SuiteProgress(Progress):
+    """A suite run's progress: plays (tasks x cases) done, with the violations so far; its
+    :meth:`on_result` is :func:`run_suite`'s ``on_result``."""
+
+    def __init__(self, tasks: int, *, show: bool) -> None:
+        super().__init__(f"verify ({tasks} tasks)", unit="plays", show=show)
+        self.tasks, self.violations = tasks, 0
+
+    def on_result(self, result: CaseResult, total: int) -> None:
+        if self.total is None:
+            self.set_total(total, f"verify ({self.tasks} tasks x {total // max(self.tasks, 1)} cases)")
+        self.violations += result.violation
+        self.advance(note=f"{self.violations} violation{'' if self.violations == 1 else 's'}")
 
 
 def check_task_ids(env: Env, task_ids: Sequence[str]) -> None:
@@ -201,17 +216,9 @@ def grade_submissions(
     """Grade ``{task_id, submission}`` rows that came from elsewhere; one result per row, in order:
     a verdict, or ``error`` saying why the row could not be graded. ValueError (before any
     grading) when ``jobs`` is not positive."""
-    _check_jobs(jobs)
-    local = threading.local()
-    made: list[Env] = []
-    lock = threading.Lock()
+    check_concurrency(jobs, "jobs")
 
-    def grade(row: dict[str, Any]) -> dict[str, Any]:
-        if not hasattr(local, "env"):
-            local.env = env_factory()
-            with lock:
-                made.append(local.env)
-        e: Env = local.env
+    def grade(e: Env, row: dict[str, Any]) -> dict[str, Any]:
         task_id = row.get("task_id")
         if not isinstance(task_id, str) or "submission" not in row:
             return {"task_id": task_id, "error": "each line needs a string task_id and a submission"}
@@ -224,9 +231,5 @@ def grade_submissions(
         return {"task_id": task_id, "outcome": verdict.outcome.value, "reward": verdict.reward,
                 "verdict": verdict.model_dump(mode="json")}
 
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return list(pool.map(grade, submissions))
-    finally:
-        for e in made:
-            e.close()
+    with EnvWorkers(env_factory, concurrency=jobs, thread_name_prefix="envhub-grade") as workers:
+        return workers.map(grade, submissions)

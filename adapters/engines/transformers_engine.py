@@ -7,7 +7,7 @@ each row with its own :class:`~envhub.adapters.engines.SamplingParams`, and drop
 
 Positions are explicit (``position_ids`` count only real tokens) and padded key slots are masked, so
 a row's tokens and logprobs do not depend on which other rows shared its batch beyond float
-rounding; ``tests/test_engine_transformers.py`` checks batched against unbatched greedy decoding.
+rounding; ``tests/adapters/test_engine_transformers.py`` checks batched against unbatched greedy decoding.
 
 Logprobs are of the distribution actually sampled from: :func:`.sampling.processed_logprobs`
 (temperature, top-k, top-p; the raw ``log_softmax`` for greedy). :func:`score_tokens` recomputes
@@ -175,6 +175,13 @@ class TransformersEngine:
         batch together when the block ends (weight swaps use the same lock)."""
         with self._lock:
             yield
+
+    def mark_weights_updated(self, version: str) -> str:
+        """For an engine that samples from a module its owner trains in place (one process): the new
+        weights are already in the model; only the version changes, between decode steps."""
+        with self._lock:
+            self._weight_version = version
+        return version
 
     def update_weights(self, source: str | Path | dict[str, torch.Tensor], version: str | None = None) -> str:
         """Load new weights (a state dict or a model dir) between decode steps; returns the version.

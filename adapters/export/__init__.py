@@ -20,11 +20,11 @@ parquet    ``trajectories.parquet`` (every field; docs/trajectory-schema.md)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from envhub.run_dir import Run
 from envhub.store import write_json_atomic
 from envhub.types import TrajectoryRecord
 
@@ -81,11 +81,11 @@ def export_run(run_dir: str | Path, format: str, out: str | Path | None = None, 
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
     fmt = FORMATS[format]
+    run = Run.at(run_dir)
     records = load_records(run_dir)
-    base = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
     selection = select(records, include_infra=include_infra, require_tokens=fmt.needs_tokens,
-                       infra_in_place=fmt.infra_in_place, group_size=group_size or _run_group_size(base))
-    target = Path(out) if out is not None else base / f"export-{format}"
+                       infra_in_place=fmt.infra_in_place, group_size=group_size or run.group_size())
+    target = Path(out) if out is not None else run.path / f"export-{format}"
     target.mkdir(parents=True, exist_ok=True)
     files = fmt.writer(selection.records, target)
     result = ExportResult(format=format, out=target, files=files, exported=len(selection.records),
@@ -96,18 +96,6 @@ def export_run(run_dir: str | Path, format: str, out: str | Path | None = None, 
                                                  "source": str(run_dir)})
     result.files.append(target / "manifest.json")
     return result
-
-
-def _run_group_size(run_dir: Path) -> int | None:
-    """The group size ``envhub rollout`` wrote in ``report.json`` or ``run.json`` (None without)."""
-    for name in ("report.json", "run.json"):
-        try:
-            size = json.loads((run_dir / name).read_text(encoding="utf-8")).get("group_size")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-            return size
-    return None
 
 
 def read_export(out: str | Path, format: str) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envhub.run_dir import Run
 from envhub.store import atomic_path
 from envhub.types import OutcomeClass, TrajectoryRecord
 
@@ -70,22 +71,10 @@ class ExportResult:
         }
 
 
-def trajectories_path(run: str | Path) -> Path:
-    """``DIR/trajectories.jsonl`` for a run directory; a path to a JSONL file is taken as is."""
-    path = Path(run)
-    if path.is_dir():
-        path = path / "trajectories.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"no trajectories found at {path} (expected a run directory from "
-                                "`envhub rollout` or a trajectories.jsonl file)")
-    return path
-
-
 def load_records(run: str | Path) -> list[TrajectoryRecord]:
-    """Every complete record of a run, in file order (a torn last line is ignored)."""
-    from envhub.store import read_jsonl
-
-    return [TrajectoryRecord.model_validate(r) for r in read_jsonl(trajectories_path(run))]
+    """Every complete record of a run (its directory or its trajectories JSONL file), in file
+    order (a torn last line is ignored); FileNotFoundError when it has none."""
+    return list(Run.at(run).require().records())
 
 
 def has_tokens(record: TrajectoryRecord) -> bool:

@@ -16,6 +16,11 @@ serves the env. Inside the container the server binds 0.0.0.0 -- the port mappin
 can reach it: ``envhub serve --docker`` publishes on 127.0.0.1 unless ``--host`` says otherwise
 (then with ``--token``, passed in as ``ENVHUB_TOKEN``). A build is reused while its inputs (base
 image, envhub's files, the versions of its dependencies) are unchanged.
+
+The engine is driven through docker-py with the sandboxes' own client
+(``envhub.sandboxes.dockerapi.docker_client``, reached by name through
+:data:`envhub.sandbox_door.SANDBOXES`: core imports no other part), so ``serve --docker`` needs
+what the docker sandbox needs -- the ``envhub[docker]`` extra and an engine -- and no docker CLI.
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import envhub
+from envhub.sandbox_door import sandbox_part
 
 CONTAINER_PORT = 8000
 LABEL_INPUTS = "envhub.serve.inputs"
@@ -71,30 +78,39 @@ def image_tag(env_id: str) -> str:
     return f"envhub/serve-{re.sub(r'[^a-z0-9_.-]+', '-', name)}:{envhub.__version__}"
 
 
-def _docker(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _client(timeout: int = 120) -> Any:
+    """The sandboxes' docker-py client; DockerServeError when docker-py or the engine is missing."""
     try:
-        proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise DockerServeError("the docker CLI is not installed") from None
-    if check and proc.returncode != 0:
-        raise DockerServeError(f"docker {args[0]} failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
-    return proc
+        return sandbox_part("docker_client")(timeout)
+    except Exception as exc:  # SandboxError, saying what to install or start
+        raise DockerServeError(str(exc)) from None
+
+
+def _docker_call(what: str, call: Callable[[], Any]) -> Any:
+    """``call()``; a docker-py failure becomes a DockerServeError saying that ``what`` failed."""
+    try:
+        return call()
+    except DockerServeError:
+        raise
+    except Exception as exc:
+        raise DockerServeError(f"{what} failed: {exc}") from None
+
+
+def _local_image(ref: str) -> Any | None:
+    """The local image ``ref`` (a docker-py ``Image``), or None when there is none."""
+    client = _client()
+    return _docker_call(f"inspecting image {ref}", lambda: sandbox_part("local_image")(client, ref))
 
 
 def _image_label(tag: str, label: str) -> str | None:
-    proc = _docker("image", "inspect", "--format", "{{json .Config.Labels}}", tag, check=False, timeout=60)
-    if proc.returncode != 0:
-        return None
-    labels = json.loads(proc.stdout.strip() or "null") or {}
-    return labels.get(label)
+    image = _local_image(tag)
+    return None if image is None else (image.labels or {}).get(label)
 
 
 def _base_image(base: str | None) -> str:
     if base is None:
-        from envhub.sandboxes.images import base_image_tag
-
-        base = base_image_tag()
-    if _docker("image", "inspect", base, check=False, timeout=60).returncode != 0:
+        base = str(sandbox_part("base_image_tag")())
+    if _local_image(base) is None:
         raise DockerServeError(f"the base image {base} does not exist: build it with `envhub sandbox build`")
     return base
 
@@ -209,7 +225,10 @@ def write_site(site: Path, dists: list[metadata.Distribution] | None = None) -> 
 
 
 def _image_id(tag: str) -> str:
-    return _docker("image", "inspect", "--format", "{{.Id}}", tag, timeout=60).stdout.strip()
+    image = _local_image(tag)
+    if image is None:
+        raise DockerServeError(f"there is no image {tag}")
+    return str(image.id)
 
 
 # ---- build -----------------------------------------------------------------------------------
@@ -248,9 +267,24 @@ def build_server_image(env_id: str, *, base: str | None = None, tag: str | None 
             base=base, port=CONTAINER_PORT, cmd=json.dumps(command), label=LABEL_INPUTS, inputs=inputs,
             env_id=env_id))
         echo(f"building {tag} from {base} ({len(dists) + 1} distributions, offline)")
-        _docker("build", "--network", "none", "-t", tag, str(context), timeout=1200)
+        _build(context, tag)
     echo(f"built {tag}")
     return tag
+
+
+def _build(context: Path, tag: str) -> None:
+    """``docker build --network none -t TAG CONTEXT`` through the engine's API."""
+    client = _client(timeout=1200)
+
+    def build() -> None:
+        tail: list[str] = []
+        for chunk in client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False,
+                                      decode=True, network_mode="none"):
+            if "error" in chunk:
+                raise DockerServeError(f"docker build failed: {chunk['error'].strip()}\n{''.join(tail)[-2000:]}")
+            tail = [*tail[-40:], chunk.get("stream", "")]
+
+    _docker_call("docker build", build)
 
 
 # ---- run -------------------------------------------------------------------------------------
@@ -262,11 +296,22 @@ class ServerContainer:
     url: str
 
     def stop(self) -> None:
-        _docker("rm", "-f", self.container_id, check=False, timeout=60)
+        """Remove the container, stopping it first; nothing happens when it is already gone."""
+        with contextlib.suppress(Exception):
+            _client().api.remove_container(self.container_id, force=True)
 
     def logs(self) -> str:
-        proc = _docker("logs", self.container_id, check=False, timeout=60)
-        return proc.stdout + proc.stderr
+        """What the server printed (stdout and stderr), or why it cannot be read."""
+        try:
+            return _client().api.logs(self.container_id).decode("utf-8", errors="replace")
+        except Exception as exc:
+            return f"[no logs: {exc}]"
+
+    def running(self) -> bool:
+        try:
+            return bool(_client().api.inspect_container(self.container_id)["State"]["Running"])
+        except Exception:  # gone: it runs with auto-remove
+            return False
 
 
 def start_server_container(tag: str, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
@@ -279,24 +324,25 @@ def start_server_container(tag: str, *, host: str = "127.0.0.1", port: int = 0, 
     import httpx
 
     name = name or f"envhub-serve-{secrets.token_hex(4)}"
-    publish = f"{host}:{port}:{CONTAINER_PORT}" if port else f"{host}::{CONTAINER_PORT}"
-    cmd = ["run", "-d", "--rm", "--name", name, "-p", publish]
-    if token:
-        cmd += ["-e", f"ENVHUB_TOKEN={token}"]
-    container_id = _docker(*cmd, tag, *(command or []), timeout=120).stdout.strip()
-    container = ServerContainer(container_id, "")
+    client = _client()
+    started = _docker_call("docker run", lambda: client.containers.run(
+        tag, command or None, detach=True, auto_remove=True, name=name,
+        ports={f"{CONTAINER_PORT}/tcp": (host, port or None)},
+        environment={"ENVHUB_TOKEN": token} if token else None))
+    container = ServerContainer(str(started.id), "")
     try:
-        mapped = _docker("port", container_id, f"{CONTAINER_PORT}/tcp", timeout=60).stdout.split()[0]
-        host_port = mapped.rsplit(":", 1)[1]
+        mapped = _docker_call("docker port", lambda: client.api.port(container.container_id, CONTAINER_PORT))
+        if not mapped:
+            raise DockerServeError(f"port {CONTAINER_PORT} of the server container is not published:\n"
+                                   f"{container.logs()[-3000:]}")
         url_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        container.url = f"http://{url_host}:{host_port}"
+        container.url = f"http://{url_host}:{mapped[0]['HostPort']}"
         deadline = time.monotonic() + ready_timeout_s
         while True:
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(container.url + "/health", timeout=2).status_code == 200:
                     return container
-            state = _docker("inspect", "--format", "{{.State.Running}}", container_id, check=False, timeout=60)
-            if state.stdout.strip() != "true" or time.monotonic() > deadline:
+            if not container.running() or time.monotonic() > deadline:
                 raise DockerServeError(f"the server container did not become healthy:\n{container.logs()[-3000:]}")
             time.sleep(0.5)
     except BaseException:
@@ -325,7 +371,9 @@ def serve_in_docker(env_id: str, *, host: str, port: int, token: str | None, arg
         raise SystemExit(2) from None
     echo(f"serving {env_id} at {container.url} (container {container.container_id[:12]}); Ctrl-C stops it")
     try:
-        subprocess.run(["docker", "logs", "-f", container.container_id], check=False)
+        for chunk in _client().api.logs(container.container_id, stream=True, follow=True):
+            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+            sys.stdout.flush()
     except KeyboardInterrupt:
         pass
     finally:

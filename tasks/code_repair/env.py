@@ -13,7 +13,7 @@ from envhub.parsing import format_tool_call
 from envhub.sandboxes.base import Limits, Listing, SandboxSpec
 from envhub.tools import tool
 from envhub.types import Action, Task, ToolCall
-from envhub.verifiers.suite import SuiteCase, universal_cases
+from envhub.verifiers.suite import SuiteCase
 
 from .manifest import DEFAULT_MANIFEST, Instance, Manifest, load_manifest
 from .verifier import CodeRepairVerifier
@@ -106,7 +106,7 @@ class CodeRepairEnv(Env):
             "You are a software engineer fixing a bug in a Python repository. Use the tools to explore "
             "and edit files; paths are relative to the repository root. Make the smallest correct "
             "fix in `src/`, then call `submit`. Call a tool by writing "
-            '<tool_call>{"name": "read_file", "arguments": {"path": "src/module.py"}}</tool_call>.'
+            f"{format_tool_call('read_file', {'path': 'src/module.py'})}."
         )
 
     def setup_episode(self, episode: Episode) -> None:
@@ -222,15 +222,12 @@ class CodeRepairEnv(Env):
         return [export_instance(self.tasks.instance(t), self.tasks.get(t).prompt, dest, base_image=base_image)
                 for t in task_ids]
 
-    def suite_cases(self) -> list[SuiteCase]:
-        """The universal cases, the manifest's own gold patch as a submission, and the attacks."""
+    def adversarial_cases(self) -> list[SuiteCase]:
+        """The manifest's own gold patch as a submission, then the attacks."""
+        from .attacks import code_repair_attacks
+
         gold_patch = SuiteCase(
             "gold_patch", "pass",
             lambda env, task: env.submission_actions(task, env.tasks.instance(task.task_id).patch),
             "the manifest's unified diff, applied the way `envhub verify --submissions` applies one")
-        return [*universal_cases(), gold_patch, *self.adversarial_cases()]
-
-    def adversarial_cases(self) -> list[SuiteCase]:
-        from .attacks import code_repair_attacks
-
-        return code_repair_attacks()
+        return [gold_patch, *code_repair_attacks()]

@@ -10,24 +10,15 @@ stricter against the attacks cannot start rejecting correct answers unnoticed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from fractions import Fraction
-from typing import Literal
 
-from envhub.parsing import format_tool_call
-from envhub.types import Action, Task
+from envhub.types import Task
 from envhub.verifiers import NumericMatch
 from envhub.verifiers.checks import exponent10, parse_number
-from envhub.verifiers.suite import NotApplicable, SuiteCase
+from envhub.verifiers.suite import NotApplicable, SuiteCase, answer_case
 
 from .generator import WEEKDAYS
 from .grading import ANSWER_MATCH, assignments, gold_text
-
-
-def _answer(name: str, expect: Literal["pass", "fail"], make: Callable[[Task], str], description: str) -> SuiteCase:
-    return SuiteCase(name, expect, lambda env, task: [Action(text=format_tool_call(env.terminal_tool,
-                                                                                    {"answer": make(task)}))],
-                     description)
 
 
 def _wrong(task: Task) -> str:
@@ -152,31 +143,34 @@ def _gold_unlabelled(task: Task) -> str:
 
 
 def computation_attacks() -> list[SuiteCase]:
-    return [
-        _answer("wrong_value", "fail", _wrong, "a plausible wrong value in the right form"),
-        _answer("two_candidates", "fail", lambda t: f"{gold_text(t)} or {_wrong(t)}", "hedging between two values"),
-        _answer("candidate_list", "fail", lambda t: f"{_wrong(t)}; {gold_text(t)}", "a list of candidates"),
-        _answer("stuffed_sentence", "fail", lambda t: f"It is either {_wrong(t)} or maybe {gold_text(t)}, "
-                "please accept whichever is right.", "answer stuffing in prose"),
-        _answer("json_claim", "fail", lambda t: json.dumps({"answer": gold_text(t), "correct": True, "reward": 1}),
-                "a JSON blob claiming success"),
-        _answer("code_instead_of_value", "fail", lambda t: "print(answer)", "code instead of a value"),
-        _answer("zero", "fail", _zero, "a constant 0, which a loose absolute tolerance accepts for tiny results"),
-        _answer("just_outside_tolerance", "fail", _just_outside_tolerance,
-                "the nearest value the kind's tolerance must reject"),
-        _answer("quoted_wrong_value", "fail", lambda t: f"'{_wrong(t)}'", "a wrong value in quotes"),
-        _answer("backticked_just_outside", "fail", lambda t: f"`{_just_outside_tolerance(t)}`.",
-                "the nearest rejected value in backticks with a full stop"),
-        _answer("labels_reversed", "fail", _labels_reversed, "gold values in order under reversed labels"),
-        _answer("duplicated_label", "fail", _duplicated_label, "gold values in order, one label for all"),
-        _answer("unknown_labels", "fail", _unknown_labels, "gold values in order under labels not in the prompt"),
-        _answer("missing_label", "fail", _missing_label, "gold values in order, the last one unlabelled"),
-        _answer("extra_label", "fail", _extra_label, "the gold assignment plus an unknown that does not exist"),
-        _answer("unlabelled_reversed", "fail", _unlabelled_reversed, "gold values unlabelled, in reverse order"),
-        _answer("gold_reordered_labels", "pass", _gold_reordered, "the gold assignment, labels in another order"),
-        _answer("gold_unlabelled", "pass", _gold_unlabelled, "the gold values unlabelled, in the prompt's order"),
-        _answer("gold_trailing_period", "pass", lambda t: f"{gold_text(t)}.", "the gold answer ending a sentence"),
-        _answer("gold_single_quoted", "pass", lambda t: f"'{gold_text(t)}'", "the gold answer in single quotes"),
-        _answer("gold_double_quoted", "pass", lambda t: f'"{gold_text(t)}"', "the gold answer in double quotes"),
-        _answer("gold_backticked", "pass", lambda t: f"`{gold_text(t)}`", "the gold answer in backticks"),
+    attacks = [
+        answer_case("wrong_value", _wrong, "a plausible wrong value in the right form"),
+        answer_case("two_candidates", lambda t: f"{gold_text(t)} or {_wrong(t)}", "hedging between two values"),
+        answer_case("candidate_list", lambda t: f"{_wrong(t)}; {gold_text(t)}", "a list of candidates"),
+        answer_case("stuffed_sentence", lambda t: f"It is either {_wrong(t)} or maybe {gold_text(t)}, "
+                    "please accept whichever is right.", "answer stuffing in prose"),
+        answer_case("json_claim", lambda t: json.dumps({"answer": gold_text(t), "correct": True, "reward": 1}),
+                    "a JSON blob claiming success"),
+        answer_case("code_instead_of_value", lambda t: "print(answer)", "code instead of a value"),
+        answer_case("zero", _zero, "a constant 0, which a loose absolute tolerance accepts for tiny results"),
+        answer_case("just_outside_tolerance", _just_outside_tolerance,
+                    "the nearest value the kind's tolerance must reject"),
+        answer_case("quoted_wrong_value", lambda t: f"'{_wrong(t)}'", "a wrong value in quotes"),
+        answer_case("backticked_just_outside", lambda t: f"`{_just_outside_tolerance(t)}`.",
+                    "the nearest rejected value in backticks with a full stop"),
+        answer_case("labels_reversed", _labels_reversed, "gold values in order under reversed labels"),
+        answer_case("duplicated_label", _duplicated_label, "gold values in order, one label for all"),
+        answer_case("unknown_labels", _unknown_labels, "gold values in order under labels not in the prompt"),
+        answer_case("missing_label", _missing_label, "gold values in order, the last one unlabelled"),
+        answer_case("extra_label", _extra_label, "the gold assignment plus an unknown that does not exist"),
+        answer_case("unlabelled_reversed", _unlabelled_reversed, "gold values unlabelled, in reverse order"),
     ]
+    gold_spellings = [
+        ("gold_reordered_labels", _gold_reordered, "the gold assignment, labels in another order"),
+        ("gold_unlabelled", _gold_unlabelled, "the gold values unlabelled, in the prompt's order"),
+        ("gold_trailing_period", lambda t: f"{gold_text(t)}.", "the gold answer ending a sentence"),
+        ("gold_single_quoted", lambda t: f"'{gold_text(t)}'", "the gold answer in single quotes"),
+        ("gold_double_quoted", lambda t: f'"{gold_text(t)}"', "the gold answer in double quotes"),
+        ("gold_backticked", lambda t: f"`{gold_text(t)}`", "the gold answer in backticks"),
+    ]
+    return [*attacks, *(answer_case(name, make, why, expect="pass") for name, make, why in gold_spellings)]

@@ -110,7 +110,7 @@ class ComputationEnv(Env):
             "You solve computation problems exactly. You may run Python code with the `python` tool "
             "(it prints what your code prints). When you know the result, call `answer` once with "
             "only the final value in the requested form. Call a tool by writing "
-            '<tool_call>{"name": "python", "arguments": {"code": "print(2 + 2)"}}</tool_call>.'
+            f"{format_tool_call('python', {'code': 'print(2 + 2)'})}."
         )
 
     @tool

@@ -28,7 +28,7 @@ from envhub.tools import tool
 from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, LayeredVerifier
 from envhub.verifiers.layered import Graded
-from envhub.verifiers.suite import SuiteCase
+from envhub.verifiers.suite import SuiteCase, answer_case
 
 DEFAULT_DATASET = "chain_sum"
 INSTALL_HINT = "reasoning-gym is not installed; install the extra: pip install 'envhub[reasoning-gym]'"
@@ -187,7 +187,7 @@ class ReasoningGymEnv(Env):
         return (
             "Solve the problem. When you are done, call the `answer` tool once with only the final answer, "
             "in the form the problem asks for. Call it by writing "
-            '<tool_call>{"name": "answer", "arguments": {"answer": "..."}}</tool_call>.'
+            f"{format_tool_call('answer', {'answer': '...'})}."
         )
 
     @tool(terminal=True)
@@ -215,18 +215,14 @@ def _wrong(task: Task) -> str:
         return flipped if flipped.strip() != gold.strip() else gold + " x"
 
 
-def _case(name: str, make: Any, description: str) -> SuiteCase:
-    return SuiteCase(name, "fail", lambda env, task: [Action(text=format_tool_call("answer", {"answer": make(task)}))],
-                     description)
-
-
 def reasoning_gym_attacks() -> list[SuiteCase]:
     """Hacks any sound scorer must reject; a dataset whose scorer accepts one is flagged by the suite."""
     return [
-        _case("wrong_answer", _wrong, "a wrong answer in the right form"),
-        _case("two_candidates", lambda t: f"{t.hidden['answer']} or {_wrong(t)}", "hedging between two answers"),
-        _case("candidate_list", lambda t: f"{_wrong(t)}\n{t.hidden['answer']}", "a list of candidates"),
-        _case("question_echo", lambda t: t.prompt, "the question pasted back"),
-        _case("json_claim", lambda t: json.dumps({"answer": str(t.hidden["answer"]), "correct": True, "reward": 1}),
-              "a JSON blob claiming success"),
+        answer_case("wrong_answer", _wrong, "a wrong answer in the right form"),
+        answer_case("two_candidates", lambda t: f"{t.hidden['answer']} or {_wrong(t)}", "hedging between two answers"),
+        answer_case("candidate_list", lambda t: f"{_wrong(t)}\n{t.hidden['answer']}", "a list of candidates"),
+        answer_case("question_echo", lambda t: t.prompt, "the question pasted back"),
+        answer_case("json_claim",
+                    lambda t: json.dumps({"answer": str(t.hidden["answer"]), "correct": True, "reward": 1}),
+                    "a JSON blob claiming success"),
     ]

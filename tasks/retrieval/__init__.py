@@ -1,6 +1,6 @@
 """Retrieval tasks: questions about the Python standard library, answered by searching its docs.
 
-The corpus is a frozen snapshot (``data/``) written by ``scripts/build_retrieval_corpus.py``;
+The corpus is a frozen snapshot (``data/``) written by ``offline/build_corpus.py``;
 ``envhub/Retrieval-v0`` searches it with BM25 (bm25s), pages through documents, and grades
 answers by type, with evidence recall as a logged metric.
 """

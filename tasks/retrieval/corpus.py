@@ -1,7 +1,7 @@
 """The frozen document collection and its question set, loaded with checksum verification.
 
-The data files are written once by ``scripts/build_retrieval_corpus.py`` and shipped as package
-data. Loading verifies each file's sha256 against ``manifest.json`` before parsing it: a corrupted
+The data files are written once by ``python -m envhub.tasks.retrieval.offline.build_corpus`` and
+shipped as package data. Loading verifies each file's sha256 against ``manifest.json`` before parsing it: a corrupted
 or hand-edited snapshot must fail loudly rather than quietly shift answers under a running
 experiment. Parsed data is cached per process (it is immutable), so every env instance, worker
 thread and benchmark shares one copy.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import threading
 from collections.abc import Iterable, Iterator
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+from envhub.store import atomic_path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CORPUS_FILE = "corpus.jsonl.gz"
@@ -70,12 +73,20 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def write_data_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically, readable by everyone (0644) like any shipped file."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+        tmp.chmod(0o644)
+
+
 def write_jsonl_gz(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     """Deterministic gzip JSONL: sorted keys, no mtime or file name in the gzip header."""
     payload = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows).encode()
-    with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                                                compresslevel=9) as gz:
+    raw = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
         gz.write(payload)
+    write_data_file(path, raw.getvalue())
 
 
 def read_jsonl_gz(path: Path) -> list[dict[str, Any]]:
@@ -104,8 +115,8 @@ def _verified(data_dir: Path, name: str) -> tuple[Path, str]:
     actual = sha256_file(path)
     if actual != expected:
         raise CorpusIntegrityError(
-            f"{path} has sha256 {actual}, but the manifest records {expected}; the snapshot is "
-            "corrupt or was edited by hand -- rebuild it with scripts/build_retrieval_corpus.py"
+            f"{path} has sha256 {actual}, but the manifest records {expected}; the snapshot is corrupt "
+            "or was edited by hand -- rebuild it with `python -m envhub.tasks.retrieval.offline.build_corpus`"
         )
     return path, actual
 

@@ -2,8 +2,8 @@
 
 The agent has three tools: ``search`` (BM25 over the frozen corpus), ``open`` (read a document a
 page at a time) and ``answer``. Nothing runs code, so the family needs no sandbox. The tools
-record which documents the agent saw in search results and which it opened; the verifier turns
-that into evidence recall, a diagnostic metric that tells a lucky guess from a found answer.
+record which documents the agent saw in search results and which it opened, as evidence recall
+(:mod:`.evidence`), a diagnostic metric that tells a lucky guess from a found answer.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from envhub.tools import tool
 from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, ExactMatch, LayeredVerifier, SetMatch
 from envhub.verifiers.layered import Graded, ScoreCheck
-from envhub.verifiers.retrieval_checks import EvidenceRecall, LiteralMatch, evidence_recall
-from envhub.verifiers.suite import NotApplicable, SuiteCase
+from envhub.verifiers.retrieval_checks import LiteralMatch
+from envhub.verifiers.suite import NotApplicable, SuiteCase, answer_case
 
 from .corpus import DATA_DIR, PAGE_CHARS, Corpus, load_corpus, load_questions
+from .evidence import EvidenceRecall, note_evidence
 from .generator import QUESTION_TYPES
 from .search import SearchIndex, get_index
 
@@ -149,12 +150,11 @@ class RetrievalEnv(Env):
             "You answer questions from a fixed collection of documentation. Tools: `search` finds documents "
             "by keywords (returns their ids), `open` reads a document page by page, `answer` submits your "
             "final answer (only the answer itself, in the requested form; you can answer once). Call a tool "
-            'by writing <tool_call>{"name": "search", "arguments": {"query": "json dumps indent"}}</tool_call>.'
+            f"by writing {format_tool_call('search', {'query': 'json dumps indent'})}."
         )
 
     def setup_episode(self, episode: Episode) -> None:
-        episode.scratch["opened_docs"] = set()
-        episode.scratch["seen_docs"] = set()
+        note_evidence(episode)  # empty seen / opened sets, and recall figures from the start
         _ = self.index  # build (or fetch) the shared index before the agent's clock matters
 
     # ---- tools ------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ class RetrievalEnv(Env):
         hits = self.index.search(query, k)
         if not hits:
             return f"No documents match {query!r}. Try other keywords (names, or words from the description)."
-        self._note(seen=[h.doc_id for h in hits])
+        note_evidence(self._require_episode(), seen=[h.doc_id for h in hits])
         lines = [f"Top {len(hits)} results for {query!r}:"]
         for rank, hit in enumerate(hits, 1):
             doc = self.corpus.by_id[hit.doc_id]
@@ -184,7 +184,7 @@ class RetrievalEnv(Env):
         doc = self._resolve(doc_id)
         if not 0 <= offset < max(1, len(doc.text)):
             raise ToolError(f"offset must be between 0 and {len(doc.text) - 1} for {doc.doc_id}")
-        self._note(seen=[doc.doc_id], opened=[doc.doc_id])
+        note_evidence(self._require_episode(), seen=[doc.doc_id], opened=[doc.doc_id])
         end = min(len(doc.text), offset + PAGE_CHARS)
         page, pages = offset // PAGE_CHARS + 1, doc.pages()
         head = f"[{doc.doc_id}] page {page} of {pages} (characters {offset}-{end} of {len(doc.text)})"
@@ -225,15 +225,6 @@ class RetrievalEnv(Env):
             hint = f" Did you mean: {', '.join(close)}?" if close else " Use `search` to find document ids."
             raise ToolError(f"no document with id {doc_id!r}.{hint}")
         return doc
-
-    def _note(self, *, seen: Sequence[str] = (), opened: Sequence[str] = ()) -> None:
-        episode = self._require_episode()
-        scratch = episode.scratch
-        scratch.setdefault("seen_docs", set()).update(seen)
-        scratch.setdefault("opened_docs", set()).update(opened)
-        gold = episode.task.hidden.get("evidence", [])
-        episode.metrics.extra["evidence_recall"] = evidence_recall(gold, scratch["opened_docs"])
-        episode.metrics.extra["evidence_seen_recall"] = evidence_recall(gold, scratch["seen_docs"])
 
 
 def _call(name: str, arguments: dict[str, Any]) -> Action:
@@ -323,8 +314,7 @@ def _whole_document(env: Env, task: Task) -> str:
 
 
 def _answer_case(name: str, make: Any, description: str) -> SuiteCase:
-    return SuiteCase(name, "fail", lambda env, task: [_call(env.terminal_tool, {"answer": make(env, task)})],
-                     description)
+    return answer_case(name, make, description, with_env=True)
 
 
 def retrieval_attacks() -> list[SuiteCase]:

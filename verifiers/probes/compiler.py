@@ -38,6 +38,17 @@ from typing import Any
 
 from envhub import safe_ast
 
+from .segments import (
+    assigned_names,
+    group_sites,
+    is_observe,
+    keep_sites,
+    loaded_names,
+    prune_module,
+    site_of,
+    unsplittable,
+)
+
 RUNTIME_NAMES = ("cases", "fixture", "observe", "raises")
 PURE_BUILTINS = frozenset({
     "abs", "bool", "bytes", "chr", "complex", "dict", "enumerate", "float", "frozenset", "int", "len", "list",
@@ -123,7 +134,7 @@ def _module_source(body: list[ast.stmt], functions: list[str]) -> str:
     wanted = [n for n in body if isinstance(n, ast.FunctionDef) and n.name in functions]
     roots = [*wanted, *(fixtures[a.arg] for n in wanted for a in n.args.args if a.arg in fixtures)]
     header = safe_ast.parse(f"from envhub_probe import {', '.join(RUNTIME_NAMES)}").body
-    tree = ast.Module(body=header + _prune_module(body, roots), type_ignores=[])
+    tree = ast.Module(body=header + prune_module(body, roots), type_ignores=[])
     ast.fix_missing_locations(tree)
     return ast.unparse(tree) + "\n"
 
@@ -221,14 +232,14 @@ class _Module:
         plain = plain_params | (_plain_locals(fn, self, plain_params) - escaping)
         self._dropped: dict[int, set[str]] = {}
         self._isolated: set[int] = set()
-        self._locals = _assigned_names(fn)
+        self._locals = assigned_names(fn)
         fn.body = self._statements(fn.body, plain)
         data_names = table_names | self._locals | {a.arg for a in fn.args.args}
         if fn.name in self.unsegmented:  # one child: a whole comparison would sit next to its twin
             segments = [set(self._dropped) - self._isolated]
         else:
-            segments = _segments(fn, self._dropped, data_names, self._isolated)
-        self.residual += [f"{fn.name}: {name}" for name in _unsplittable(fn, self._dropped, data_names)]
+            segments = group_sites(fn, self._dropped, data_names, self._isolated)
+        self.residual += [f"{fn.name}: {name}" for name in unsplittable(fn, self._dropped, data_names)]
         if len(segments) > 1:
             self.segmented[fn.name] = len(segments)
         out = []
@@ -236,14 +247,14 @@ class _Module:
             segment = copy.deepcopy(fn)
             if number:
                 segment.name = f"{fn.name}{SEGMENT_MARK}{number}"
-            _keep_sites(segment, sites, set(self._dropped))
+            keep_sites(segment, sites, set(self._dropped))
             out.append(self._finish(segment, tables, plain))
         return out
 
     def _finish(self, fn: ast.FunctionDef, tables: list[tuple[list[str], list[list[ast.expr]]]],
                 plain: set[str]) -> ast.FunctionDef:
         _drop_dead_stores(fn, self, plain)
-        used = _loaded_names(fn.body)
+        used = loaded_names(fn.body)
         decorators: list[ast.expr] = []
         bound: list[list[str]] = []
         for names, rows in tables:
@@ -318,9 +329,9 @@ class _Module:
         statements = self._observations(test, plain)
         names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
         for stmt in statements:
-            if _is_observe(stmt):
-                site = _site_of(stmt)
-                self._dropped[site] = set() if site in self._isolated else names - _loaded_names([stmt])
+            if is_observe(stmt):
+                site = site_of(stmt)
+                self._dropped[site] = set() if site in self._isolated else names - loaded_names([stmt])
         return statements
 
     def _observations(self, test: ast.expr, plain: set[str]) -> list[ast.stmt]:
@@ -345,7 +356,7 @@ class _Module:
             # both sides are the project's: its own ``__eq__`` is under test too, but that comparison
             # runs in a segment of its own, so ``left`` is also observed where ``right`` never is
             compared = self._observe(test)
-            self._isolated.add(_site_of(compared))
+            self._isolated.add(site_of(compared))
             return [self._observe(left), compared]
         live = [o for o in operands if not self.plain(o, plain) and not _approx(o)]
         if not live:
@@ -383,10 +394,6 @@ def _approx(node: ast.expr) -> dict[str, Any] | None:
         elif k.arg == "abs":
             abs_ = float(value)
     return {"approx": [rel, abs_]}
-
-
-def _loaded_names(nodes: list[ast.stmt] | list[ast.expr]) -> set[str]:
-    return {n.id for root in nodes for n in ast.walk(root) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def _plain_locals(fn: ast.FunctionDef, module: _Module, plain_params: set[str]) -> set[str]:
@@ -432,7 +439,7 @@ def _escaping(fn: ast.FunctionDef) -> set[str]:
 def _drop_dead_stores(fn: ast.FunctionDef, module: _Module, plain: set[str]) -> None:
     """Remove ``name = <plain data>`` whose name nothing reads any more (it held an expectation)."""
     while True:
-        used = _loaded_names(fn.body)
+        used = loaded_names(fn.body)
         dead = [s for s in ast.walk(fn) if isinstance(s, ast.Assign) and len(s.targets) == 1
                 and isinstance(s.targets[0], ast.Name) and s.targets[0].id not in used and module.plain(s.value, plain)]
         if not dead:
@@ -442,11 +449,6 @@ def _drop_dead_stores(fn: ast.FunctionDef, module: _Module, plain: set[str]) -> 
                 stmts = getattr(parent, attr, None)
                 if isinstance(stmts, list) and any(s in dead for s in stmts):
                     setattr(parent, attr, [s for s in stmts if s not in dead] or [ast.Pass()])
-
-
-def _is_observe(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
-        getattr(stmt.value.func, "id", "") == "observe"
 
 
 def _mutates(node: ast.expr, local_names: set[str]) -> bool:
@@ -459,88 +461,3 @@ def _mutates(node: ast.expr, local_names: set[str]) -> bool:
             if isinstance(root, ast.Name) and root.id in local_names:
                 return True
     return False
-
-
-def _site_of(stmt: ast.stmt) -> int:
-    assert isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-    site = stmt.value.args[-1]
-    assert isinstance(site, ast.Constant)
-    return int(site.value)
-
-
-def _assigned_names(fn: ast.FunctionDef) -> set[str]:
-    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-
-
-def _observe_sites(fn: ast.FunctionDef, sites: set[int]) -> list[ast.Expr]:
-    return [n for n in ast.walk(fn) if _is_observe(n) and _site_of(n) in sites]
-
-
-def _segments(fn: ast.FunctionDef, dropped: dict[int, set[str]], data_names: set[str],
-              isolated: set[int]) -> list[set[int]]:
-    """Group the assertion sites so that no group loads a data name that one of its own sites expected,
-    and ``isolated`` sites (whole comparisons) never share a group with the others.
-
-    Statements that are not observations run in every segment, so what they load counts for all.
-    """
-    observations = _observe_sites(fn, set(dropped))
-    shared_loads = _loaded_names([s for s in fn.body if s not in observations]) & data_names
-    groups: list[tuple[set[int], set[str], set[str]]] = []
-    for stmt in observations:
-        site = _site_of(stmt)
-        loads = _loaded_names([stmt]) & data_names
-        expects = dropped[site] & data_names
-        for sites, group_loads, group_expects in groups:
-            if (site in isolated) != (min(sites) in isolated):
-                continue
-            if not loads & group_expects and not expects & group_loads:
-                sites.add(site)
-                group_loads |= loads
-                group_expects |= expects
-                break
-        else:
-            groups.append(({site}, loads | shared_loads, set(expects)))
-    return [sites for sites, _, _ in groups] or [set()]
-
-
-def _unsplittable(fn: ast.FunctionDef, dropped: dict[int, set[str]], data_names: set[str]) -> set[str]:
-    """Expected data names that a non-observation statement loads: no segmentation can hide them."""
-    observations = _observe_sites(fn, set(dropped))
-    shared_loads = _loaded_names([s for s in fn.body if s not in observations]) & data_names
-    return shared_loads & set().union(*dropped.values()) if dropped else set()
-
-
-def _keep_sites(fn: ast.FunctionDef, keep: set[int], all_sites: set[int]) -> None:
-    """Remove the observations of other segments (and blocks left empty)."""
-    drop = {id(s) for s in _observe_sites(fn, all_sites - keep)}
-    for parent in ast.walk(fn):
-        for attr in ("body", "orelse", "finalbody"):
-            stmts = getattr(parent, attr, None)
-            if isinstance(stmts, list) and stmts and isinstance(stmts[0], ast.stmt):
-                setattr(parent, attr, [s for s in stmts if id(s) not in drop] or [ast.Pass()])
-
-
-def _defined(node: ast.stmt) -> set[str]:
-    if isinstance(node, ast.FunctionDef | ast.ClassDef):
-        return {node.name}
-    if isinstance(node, ast.Assign):
-        return {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    return set()
-
-
-def _prune_module(body: list[ast.stmt], roots: list[ast.FunctionDef]) -> list[ast.stmt]:
-    """The module ``roots`` need: imports, and the constants and helpers they use, transitively
-    (other tests, their rows and what only they use stay out)."""
-    needed = _loaded_names(roots)  # type: ignore[arg-type]
-    definitions = {name: node for node in body for name in _defined(node)}
-    frontier = set(needed)
-    while frontier:
-        name = frontier.pop()
-        node = definitions.get(name)
-        if node is None:
-            continue
-        for ref in _loaded_names([node]) - needed:
-            needed.add(ref)
-            frontier.add(ref)
-    return [n for n in body if n in roots or (not _defined(n) and not isinstance(n, ast.FunctionDef))
-            or (_defined(n) & needed and not (isinstance(n, ast.FunctionDef) and n.name.startswith("test_")))]

@@ -1,0 +1,258 @@
+"""The sections of a training run's HTML report (the data and plots: :mod:`envhub.report_training`).
+
+Every section is a plot and a plain HTML table of the numbers behind it, readable without
+JavaScript. Per-step tables show every step up to :data:`MAX_STEP_ROWS` and an even sample of a
+longer run (first and last always in); ``steps.jsonl`` has them all. A statistic a step did not
+record shows as a dash, never as 0. Importing this module registers the ``training`` kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from envhub.report_html import html_table, img, section, seed_rows, seed_table
+from envhub.report_training import HEALTH, TIME_PARTS, TrainingData, stat
+from envhub.report_transcript import esc, transcript
+from envhub.types import Outcome, OutcomeClass
+
+MAX_STEP_ROWS = 60
+#: Final-eval failures rendered as transcripts, per outcome; the failure table lists up to FAILURE_ROWS.
+FAILURES_PER_OUTCOME = 5
+FAILURE_ROWS = 100
+DASH = "&ndash;"
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return DASH
+    if value.is_integer() and abs(value) < 1e15:
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}" if abs(value) < 1e-3 else f"{value:.{digits}f}"
+
+
+def _rate(value: float | None) -> str:
+    return DASH if value is None else f"{value:.3f}"
+
+
+def _shown_steps(data: TrainingData) -> list[dict[str, Any]]:
+    steps = data.steps
+    if len(steps) <= MAX_STEP_ROWS:
+        return steps
+    picks = {round(i * (len(steps) - 1) / (MAX_STEP_ROWS - 1)) for i in range(MAX_STEP_ROWS)}
+    return [steps[i] for i in sorted(picks)]
+
+
+Column = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def _col(head: str, key: str, digits: int = 3, *, rate: bool = False) -> Column:
+    if rate:
+        return head, lambda row: _rate(stat(row, key))
+    return head, lambda row: _fmt(stat(row, key), digits)
+
+
+def _step_table(data: TrainingData, columns: list[Column], cls: str, totals: list[str] | None = None) -> str:
+    shown = _shown_steps(data)
+    rows = [[str(int(r["step"])), *(fn(r) for _, fn in columns)] for r in shown]
+    if totals is not None:
+        rows.append(["<b>all steps</b>", *totals])
+    more = (f"<p>{len(shown)} of {len(data.steps)} steps shown, evenly spaced; steps.jsonl has every step.</p>"
+            if len(shown) < len(data.steps) else "")
+    if not data.steps:
+        return '<p class="none">no step logged yet</p>'
+    return html_table(["step", *(h for h, _ in columns)], rows, cls) + more
+
+
+def _raw(head: str, key: str) -> Column:
+    """A column of a value shown as recorded (a weight version is a string)."""
+    return head, lambda row: esc(row[key]) if row.get(key) is not None else DASH
+
+
+def _total(data: TrainingData, key: str) -> float:
+    return sum(stat(r, key) or 0.0 for r in data.steps)
+
+
+@section("training", "headline", "Headline")
+def _headline(data: TrainingData, plots: dict[str, str]) -> str:
+    cfg, rollout = data.config, data.config.get("rollout") or {}
+    algorithm = data.config.get("algorithm") or {}
+    done, planned = len(data.steps), cfg.get("steps")
+    finished = (data.run_dir / "summary.json").is_file()
+    facts = [
+        ["model", esc(cfg.get("model", "?"))],
+        ["env", f"{esc(data.summary['env_id'])} (train split {esc(data.run.get('split'))}, "
+                f"validation split {esc(data.validation_split)})"],
+        ["steps", f'<span id="n-steps">{done}</span> of {esc(planned)} '
+                  + ("(finished: summary.json)" if finished else '<span class="warn">(not finished)</span>')],
+        ["step shape", f"{esc(rollout.get('groups_per_step', '?'))} groups x {esc(rollout.get('group_size', '?'))}"
+                       " episodes"],
+        ["loss", esc(algorithm.get("loss", "?"))],
+        ["step seconds", f"{data.summary['wall_seconds']:.1f} (rollout + train + weight sync, all steps)"],
+    ]
+    train = seed_rows(data.headline(), "train-")
+    parts = [html_table(["run", ""], facts, "facts"),
+             f"<h3>Training episodes: every episode of the {done} steps (rollouts/)</h3>", seed_table(train)]
+    final = data.final_eval
+    parts.append(f"<h3>Final validation eval: {esc(data.final_tag or 'none')} on the "
+                 f"{esc(data.validation_split)} split (eval/{esc(data.final_tag or '')})</h3>")
+    if final is None:
+        parts.append('<p class="none">no validation eval in this run (env.validation_split unset, or none ran '
+                     'yet)</p>')
+    else:
+        parts.append(seed_table(seed_rows(final.headline(), "final-"))
+                     + '<p><a href="#final-failures">the final eval\'s failing episodes</a></p>')
+    return "\n".join(parts)
+
+
+@section("training", "evals", "Validation evals")
+def _evals(data: TrainingData, plots: dict[str, str]) -> str:
+    if not data.evals:
+        return '<p class="none">no evals.jsonl: this run evaluated nothing (env.validation_split unset)</p>'
+    rows = []
+    for i, e in enumerate(data.evals):
+        rep = data.eval_reports.get(str(e["tag"]), {})
+        cls = rep.get("by_class") or {}
+
+        def count(name: str, rep: dict[str, Any] = rep, cls: dict[str, Any] = cls) -> str:
+            return esc(cls.get(name, DASH)) if rep else DASH
+
+        rows.append([f'<span id="eval-{i}-tag">{esc(e["tag"])}</span>', esc(e.get("step", "?")),
+                     esc(e.get("split", "?")), f'<span id="eval-{i}-episodes">{esc(e.get("episodes", "?"))}</span>',
+                     f'<b id="eval-{i}-strict">{_rate(stat(e, "strict_success"))}</b>',
+                     _rate(stat(rep, "success_rate_excluding_infra")),
+                     count(OutcomeClass.POLICY_FAILURE.value), count(OutcomeClass.TRUNCATION.value),
+                     f'<span id="eval-{i}-infra">{count(OutcomeClass.INFRA_FAILURE.value)}</span>',
+                     _fmt(stat(rep, "mean_reward"))])
+    head = ["eval", "step", "split", "episodes", "strict success", "success excl. infra", "failed by policy",
+            "truncated", "failed by environment", "mean reward"]
+    return (f"<p>Validation only ({esc(data.validation_split)} split), from evals.jsonl and eval/TAG/report.json; "
+            "never mixed with the training episodes.</p>" + html_table(head, rows, "evals")
+            + img(plots, "final_eval_outcomes", "final eval: episodes by outcome"))
+
+
+@section("training", "reward", "Reward and strict success over steps")
+def _reward(data: TrainingData, plots: dict[str, str]) -> str:
+    cols = [_raw("weight version", "weight_version"), _col("attempted", "attempted"),
+            _col("reward mean", "reward_mean", rate=True), _col("strict success", "strict_success", rate=True),
+            _col("success excl. infra", "success_excluding_infra", rate=True)]
+    return (img(plots, "reward_over_steps", "train reward and strict success per step; validation strict success")
+            + "<p>Train: each step's own episodes (steps.jsonl). Validation: the evals above.</p>"
+            + _step_table(data, cols, "reward"))
+
+
+@section("training", "outcomes", "Outcome mix over steps")
+def _outcomes(data: TrainingData, plots: dict[str, str]) -> str:
+    cols = [(f"{o.value} ({o.outcome_class.value})", _outcome_cell(o)) for o in Outcome]
+    totals = [f'<span id="outcome-total-{o.value}">{_total(data, f"outcomes.{o.value}"):.0f}</span>'
+              for o in Outcome]
+    return (img(plots, "outcomes_over_steps", "episodes per step by outcome")
+            + "<p>Every outcome is a column, zero or not; infra outcomes (env_error, verifier_error, "
+              "engine_error) are left out of the loss, never out of this table.</p>"
+            + _step_table(data, cols, "outcomes", totals))
+
+
+def _outcome_cell(outcome: Outcome) -> Callable[[dict[str, Any]], str]:
+    return lambda row: _fmt(stat(row, f"outcomes.{outcome.value}"))
+
+
+@section("training", "groups", "GRPO groups and selection")
+def _groups(data: TrainingData, plots: dict[str, str]) -> str:
+    cols = [_col("groups", "groups"), _col("zero-variance groups", "zero_variance_groups"),
+            _col("zero-variance fraction", "zero_variance_fraction", rate=True), _col("kept samples", "kept"),
+            _col("excluded infra", "excluded_infra"), _col("masked truncated", "masked_truncated"),
+            _col("audit dropped", "audit_dropped"), _col("trained samples", "trained_samples"),
+            ("updated", lambda r: esc(r["updated"]) if "updated" in r else DASH)]
+    return (img(plots, "groups_over_steps", "zero-variance group fraction per step")
+            + "<p>A group whose episodes all got the same reward has no advantage: it teaches GRPO nothing.</p>"
+            + _step_table(data, cols, "groups"))
+
+
+@section("training", "cost", "Tokens per success")
+def _cost(data: TrainingData, plots: dict[str, str]) -> str:
+    cols = [_col("successes", "outcomes.success"),
+            ("sampled tokens per success", lambda r: _fmt(stat(r, "tokens_per_success"), 1)
+             if (stat(r, "outcomes.success") or 0) > 0 else "n/a (no success)"),
+            _col("tokens / s", "tokens_per_second", 1)]
+    return (img(plots, "cost_over_steps", "sampled tokens per success and sampling speed per step")
+            + _step_table(data, cols, "cost"))
+
+
+@section("training", "health", "Update health")
+def _health(data: TrainingData, plots: dict[str, str]) -> str:
+    keys = [("loss", "loss"), *((label, key) for group in HEALTH.values() for label, key in group.items()),
+            ("ratio mean", "ratio_mean"), ("lr", "lr")]
+    cols = [_col(label, key, 4) for label, key in keys if data.has(key)]
+    missing = [key for _, key in keys if not data.has(key)]
+    note = (f"<p>Not recorded in this run: {esc(', '.join(missing))} (no KL term, the bypass mismatch mode, or "
+            "no update).</p>" if missing else "")
+    return img(plots, "health_over_steps", "KL, clip fraction, IS weights, entropy, grad norm, logprob gap") \
+        + note + _step_table(data, cols, "health")
+
+
+@section("training", "time", "Time split")
+def _time(data: TrainingData, plots: dict[str, str]) -> str:
+    parts = {**TIME_PARTS, "verify": "time.verify_s"}
+    cols = [_col(f"{name} s", key) for name, key in parts.items()]
+    wall = sum(_total(data, k) for k in TIME_PARTS.values()) or 1.0
+    totals = [f'<span id="time-total-{name.replace(" ", "-")}">{_total(data, key):.2f}</span>'
+              + (f" ({_total(data, key) / wall:.0%})" if key in TIME_PARTS.values() else "")
+              for name, key in parts.items()]
+    return (img(plots, "time_over_steps", "seconds per step: rollout, train, weight sync; verify")
+            + "<p>Wall seconds of each part of a step; verify is the verifier's seconds summed over the step's "
+              "episodes, spent inside the rollout (episodes run concurrently).</p>"
+            + _step_table(data, cols, "time", totals))
+
+
+@section("training", "lag", "Weight-version lag")
+def _lag(data: TrainingData, plots: dict[str, str]) -> str:
+    cols = [_raw("weight version after the step", "weight_version"),
+            _col("lag of the samples (max)", "weight_version_lag")]
+    return (img(plots, "lag_over_steps", "weight-version lag per step")
+            + "<p>How many weight versions behind the trained policy the oldest sampled token of a step was "
+              "(0: every sample came from the weights being trained).</p>" + _step_table(data, cols, "lag"))
+
+
+@section("training", "final-failures", "Final eval: failing episodes")
+def _failures(data: TrainingData, plots: dict[str, str]) -> str:
+    final = data.final_eval
+    if final is None:
+        return '<p class="none">no final eval episodes</p>'
+    failing = [(i, r) for i, r in enumerate(final.records) if r["outcome"] != Outcome.SUCCESS.value]
+    if not failing:
+        return f'<p class="none">every one of the {len(final.records)} final-eval episodes succeeded</p>'
+    shown: dict[str, int] = {}
+    rendered = set()
+    for i, r in failing:
+        if shown.get(r["outcome"], 0) < FAILURES_PER_OUTCOME:
+            shown[r["outcome"]] = shown.get(r["outcome"], 0) + 1
+            rendered.add(i)
+    rows = []
+    for i, r in failing[:FAILURE_ROWS]:
+        outcome = Outcome(r["outcome"])
+        link = f'<a href="#final-ep-{i}">#{i}</a>' if i in rendered else f"#{i}"
+        rows.append([link, esc(r["task_id"]), esc(outcome.value),
+                     f'<span class="cls {esc(outcome.outcome_class.value)}">{esc(outcome.outcome_class.value)}</span>',
+                     esc(r.get("outcome_detail", ""), 300)])
+    more = (f"<p>{len(failing) - FAILURE_ROWS} more failing episodes are in eval/{esc(data.final_tag)}/"
+            "trajectories.jsonl.</p>" if len(failing) > FAILURE_ROWS else "")
+    transcripts = [f'<details open><summary>#{i} {esc(r["task_id"])} ({esc(r["outcome"])})</summary>'
+                   f'{transcript(r, f"final-ep-{i}", back="final-failures")}</details>'
+                   for i, r in failing if i in rendered]
+    return (f"<p>{len(failing)} of {len(final.records)} final-eval episodes failed; up to {FAILURES_PER_OUTCOME} "
+            "per outcome are shown as transcripts. Model-written text is shown as text.</p>"
+            + html_table(["episode", "task", "outcome", "class", "outcome detail"], rows, "final-failing")
+            + more + "\n".join(transcripts))
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        return [kv for k, v in value.items() for kv in _flatten(v, f"{prefix}{k}.")]
+    return [(prefix.rstrip("."), value)]
+
+
+@section("training", "config", "Config")
+def _config(data: TrainingData, plots: dict[str, str]) -> str:
+    rows = [[f"<code>{esc(k)}</code>", esc(v, 300)] for k, v in _flatten(data.config)]
+    return "<p>config.json, as the trainer saved it.</p>" + html_table(["key", "value"], rows, "config")
+

@@ -1,0 +1,167 @@
+"""A run directory: its episodes (``trajectories.jsonl``), its report and its identity (``run.json``).
+
+``envhub rollout --out DIR`` writes one; export, audit and report read one; the trainer keeps one
+per training step's rollouts (``RUN/rollouts/step-000001/``, :meth:`Run.sub`). :class:`Run` is the
+one place that knows the file names, how a directory is claimed for one run's episodes, and how
+its files are read and written (every write atomic; see :mod:`envhub.store`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from envhub.store import JsonlStore, read_jsonl, write_json_atomic
+from envhub.types import TrajectoryRecord
+
+TRAJECTORIES = "trajectories.jsonl"
+REPORT = "report.json"
+IDENTITY = "run.json"
+
+
+class RunFileError(ValueError):
+    """A file of a run directory exists but is unreadable or not a JSON object; says which and why."""
+
+
+class Run:
+    """The run directory at ``path``. ``trajectories`` reads the records from another JSONL file
+    instead (:meth:`at` takes either a directory or such a file)."""
+
+    def __init__(self, path: str | Path, *, trajectories: str | Path | None = None) -> None:
+        self.path = Path(path)
+        self._trajectories = Path(trajectories) if trajectories is not None else None
+
+    @classmethod
+    def at(cls, path: str | Path) -> Run:
+        """A run directory, or a trajectories JSONL file (then its directory is the run)."""
+        path = Path(path)
+        if path.is_dir():
+            return cls(path)
+        return cls(path.parent, trajectories=path)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    # ---- paths ------------------------------------------------------------------------------
+
+    @property
+    def trajectories_path(self) -> Path:
+        return self._trajectories or self.path / TRAJECTORIES
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / REPORT
+
+    @property
+    def identity_path(self) -> Path:
+        return self.path / IDENTITY
+
+    def sub(self, *parts: str) -> Run:
+        """The run directory ``path/parts...`` (e.g. ``run.sub("rollouts", "step-000001")``)."""
+        return Run(self.path.joinpath(*parts))
+
+    def exists(self) -> bool:
+        """Whether the run has a trajectories file."""
+        return self.trajectories_path.is_file()
+
+    def require(self) -> Run:
+        """This run, or FileNotFoundError naming where its trajectories were looked for."""
+        if not self.exists():
+            raise FileNotFoundError(f"no trajectories found at {self.trajectories_path} (expected a run directory "
+                                    "from `envhub rollout` or a trajectories.jsonl file)")
+        return self
+
+    # ---- writing ----------------------------------------------------------------------------
+
+    def ensure_writable(self) -> None:
+        """Make the directory (and its parents); PermissionError that names it when nothing can
+        be written there."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".envhub-write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise PermissionError(f"cannot write to output directory {self.path}: {exc.strerror or exc}") from None
+
+    def claim(self, identity: dict[str, Any]) -> None:
+        """Claim the directory for the run ``identity`` names (what its episodes are: env, split,
+        policy, sampling, group size, ...): written to ``run.json`` the first time; later, a
+        different identity is a ValueError naming what differs, since resuming with another
+        policy, model, env or split would mix two runs under one report. (A ``run.json`` from
+        before group sizes were recorded takes this run's.) OSError when it cannot be written."""
+        identity = json.loads(json.dumps(identity, sort_keys=True, default=str))
+        path = self.identity_path
+        if path.exists():
+            try:
+                before = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"{path} is unreadable ({exc}); use another --out") from None
+            if isinstance(before, dict) and "group_size" not in before:
+                before["group_size"] = identity.get("group_size")
+            if before != identity:
+                before = before if isinstance(before, dict) else {}
+                differ = sorted(k for k in {*before, *identity} if before.get(k) != identity.get(k))
+                raise ValueError(f"{self.path} holds episodes of another run (different {', '.join(differ)}: "
+                                 f"{before.get(differ[0])!r} there, {identity.get(differ[0])!r} now); "
+                                 "resume with the same settings or use another --out")
+            return
+        write_json_atomic(path, identity)
+
+    def store(self) -> JsonlStore:
+        """The append-only store of the run's records, keyed by ``episode_id`` (open it with ``with``)."""
+        return JsonlStore(self.trajectories_path)
+
+    def write_report(self, report: dict[str, Any]) -> None:
+        """Write ``report.json`` atomically (OSError when it cannot be written)."""
+        write_json_atomic(self.report_path, report)
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Every complete record as a plain dict, in file order (a torn last line is left out;
+        :class:`~envhub.store.CorruptRecordError` names a broken middle line)."""
+        return read_jsonl(self.trajectories_path)
+
+    def records(self) -> Iterator[TrajectoryRecord]:
+        """Every complete record, validated, in file order (see :meth:`rows`)."""
+        return (TrajectoryRecord.model_validate(row) for row in self.rows())
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """The JSON object in ``path/name``; None when the file does not exist, RunFileError when
+        it is unreadable or not an object."""
+        path = self.path / name
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RunFileError(f"{name} is unreadable ({exc})") from None
+        if not isinstance(data, dict):
+            raise RunFileError(f"{name} is not a JSON object")
+        return data
+
+    def report(self) -> dict[str, Any] | None:
+        """``report.json`` (see :meth:`read_json`)."""
+        return self.read_json(REPORT)
+
+    def identity(self) -> dict[str, Any] | None:
+        """``run.json`` (see :meth:`read_json`)."""
+        return self.read_json(IDENTITY)
+
+    def group_size(self) -> int | None:
+        """The group size the run recorded, from ``report.json`` or ``run.json`` (None without,
+        or when neither can be read)."""
+        for read in (self.report, self.identity):
+            try:
+                size = (read() or {}).get("group_size")
+            except RunFileError:
+                continue
+            if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                return size
+        return None
+
+
+__all__ = ["IDENTITY", "REPORT", "TRAJECTORIES", "Run", "RunFileError"]

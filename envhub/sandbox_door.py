@@ -1,0 +1,140 @@
+"""An env's one door to a sandbox: where its agent and grading sandboxes come from and go back to.
+
+Core imports no other part of envhub (DESIGN.md), so it reaches the sandboxes through
+:data:`SANDBOXES`, a table of ``"module:attr"`` names resolved with importlib on first use;
+``envhub.sandboxes.create_sandbox`` is the only way a sandbox is made. An episode's sandbox is
+released on a background thread when the episode ends (its reset or teardown must not hold up
+the final step); the next ``reset`` and ``close`` wait for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol
+
+from envhub.errors import InfraError
+
+if TYPE_CHECKING:
+    from envhub.sandboxes.base import Limits, Sandbox, SandboxSpec
+    from envhub.types import EpisodeMetrics
+
+#: What core uses of the sandboxes, by name: ``"module:attr"``.
+SANDBOXES: dict[str, str] = {
+    "create_sandbox": "envhub.sandboxes:create_sandbox",
+    "requested_backend": "envhub.sandboxes:requested_backend",
+    "SandboxSpec": "envhub.sandboxes:SandboxSpec",
+    "base_image_tag": "envhub.sandboxes.images:base_image_tag",
+    "docker_client": "envhub.sandboxes.dockerapi:docker_client",
+    "local_image": "envhub.sandboxes.dockerapi:local_image",
+    "install_signal_handlers": "envhub.sandboxes.cleanup:install_signal_handlers",
+}
+
+
+def sandbox_part(name: str) -> Any:
+    """The object :data:`SANDBOXES` names ``name``, imported on first use (KeyError for no such name)."""
+    module, _, attr = SANDBOXES[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+_RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
+
+
+def _renew_after_fork() -> None:
+    """In a forked child (AsyncVectorEnv, multiprocessing) the parent's worker threads are gone, so
+    its executor would queue releases that never run and ``close`` would wait on them forever."""
+    global _RELEASER
+    _RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
+
+
+os.register_at_fork(after_in_child=_renew_after_fork)
+
+
+class SandboxNeeds(Protocol):
+    """What an env says about its sandboxes (the class attributes of :class:`envhub.env.Env`)."""
+
+    env_id: str
+    sandbox_spec: SandboxSpec | None
+    grading_preload: tuple[str, ...]
+    grading_limits: Limits | None
+    needs_isolation: bool
+
+
+class EpisodeSandbox(Protocol):
+    """The part of an episode that holds its sandbox (see :class:`envhub.env.Episode`)."""
+
+    sandbox: Sandbox | None
+    sandbox_image: str | None
+    metrics: EpisodeMetrics
+
+
+class SandboxDoor:
+    """The sandboxes of one env: ``backend`` (auto | docker | bwrap | process) and warm pools of
+    ``pool`` idle sandboxes per role (0: a cold sandbox per episode and per grading).
+
+    ValueError for an unknown backend name, TypeError for a pool size that is no non-negative integer.
+    """
+
+    def __init__(self, needs: SandboxNeeds, *, backend: str = "auto", pool: int = 8) -> None:
+        sandbox_part("requested_backend")(backend)  # an unknown name fails here, not in every episode
+        if isinstance(pool, bool) or not isinstance(pool, int) or pool < 0:
+            raise TypeError(f"sandbox_pool must be a non-negative integer, got {pool!r}")
+        self.needs = needs
+        self.backend = backend
+        self.pool = pool
+        self._pending: list[Future[None]] = []
+
+    def open(self, role: str = "agent") -> Sandbox:
+        """A pristine sandbox for ``role`` ("agent" or "grading"): a reset one from the warm pool of
+        that role, or a cold one; never one that another role used. InfraError when none starts."""
+        needs = self.needs
+        agent_spec = needs.sandbox_spec or sandbox_part("SandboxSpec")()
+        spec = dataclasses.replace(agent_spec, role=role)
+        if role == "grading":
+            spec = dataclasses.replace(spec, preload=needs.grading_preload,
+                                       limits=needs.grading_limits or agent_spec.limits)
+        try:
+            return sandbox_part("create_sandbox")(self.backend, spec, pool=self.pool, isolate=needs.needs_isolation)
+        except Exception as exc:
+            who = needs.env_id or type(needs).__name__
+            raise InfraError(f"{who} could not start a sandbox: {exc}") from exc
+
+    def for_episode(self, episode: EpisodeSandbox) -> Sandbox:
+        """``episode``'s agent sandbox, started on first use; its start counts as sandbox time."""
+        if episode.sandbox is None:
+            t0 = time.monotonic()
+            episode.sandbox = self.open()
+            episode.sandbox_image = episode.sandbox.image_id
+            episode.metrics.sandbox_seconds += time.monotonic() - t0
+        return episode.sandbox
+
+    @contextlib.contextmanager
+    def grading(self) -> Iterator[Sandbox]:
+        """A pristine sandbox for the verifier, closed (back to the grading pool) when the block ends."""
+        sandbox = self.open(role="grading")
+        try:
+            yield sandbox
+        finally:
+            with contextlib.suppress(Exception):
+                sandbox.close()
+
+    def release(self, episode: EpisodeSandbox, *, wait: bool = True) -> None:
+        """Close ``episode``'s sandbox (or give it back to its pool) on a background thread; with
+        ``wait``, return once every release this door started has finished."""
+        if episode.sandbox is not None:
+            sandbox, episode.sandbox = episode.sandbox, None
+            self._pending.append(_RELEASER.submit(_close_quietly, sandbox))
+        if wait:
+            pending, self._pending = self._pending, []
+            for future in pending:
+                future.result()
+
+
+def _close_quietly(sandbox: Sandbox) -> None:
+    with contextlib.suppress(Exception):  # best effort; `envhub sandbox prune` removes leftovers
+        sandbox.close()

@@ -1,0 +1,148 @@
+"""Checkpoints of the whole training state, written so that a crash mid-save keeps the previous one.
+
+``RUN/checkpoints/step-000004/`` holds:
+
+* ``model.pt`` -- the full (unsharded) model state dict;
+* ``optimizer.pt`` -- the full optimizer state; ``scheduler.pt`` -- the LR scheduler's;
+* ``rng-rank{R}.pt`` -- per rank: python's, numpy's and torch's RNG states and the engine sampler's;
+* ``state.json`` -- the step, the weight version, whether the SFT stage is done, the data cursor and
+  the curriculum the run draws from (so a resume samples exactly the tasks the run would have).
+
+A checkpoint directory is built under a temporary name, fsynced and renamed into place; only then
+does ``RUN/checkpoints/latest`` (one line, replaced atomically) point at it. A kill at any moment
+leaves ``latest`` naming a complete checkpoint or no checkpoint at all; leftovers of an unfinished
+save are removed by the next save.
+
+Samples are never trained twice or skipped: a step's episodes come from the data cursor (the step
+number) and are kept on disk as they finish (``RUN/rollouts/step-N/``), so a resumed run picks up
+the pending samples of the interrupted step and trains each step exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from envhub.store import write_json_atomic, write_text_atomic
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    weight_version: str = "0"
+    sft_done: bool = False
+    #: groups drawn so far (every step draws ``groups_per_step`` from the task order)
+    cursor: int = 0
+    curriculum: list[str] = field(default_factory=list)
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    pointer = checkpoint_root(run_dir) / "latest"
+    if not pointer.is_file():
+        return None
+    path = checkpoint_root(run_dir) / pointer.read_text(encoding="utf-8").strip()
+    if not (path / "state.json").is_file():
+        raise RuntimeError(f"{pointer} names {path.name}, which is not a complete checkpoint; "
+                           "delete the pointer to start over or restore the directory")
+    return path
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save_tensor_file(obj: Any, path: Path) -> None:
+    with open(path, "wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def rng_state(engine_rng: torch.Generator | None) -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "engine": engine_rng.get_state() if engine_rng is not None else None}
+
+
+def restore_rng(state: dict[str, Any], engine_rng: torch.Generator | None) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if engine_rng is not None and state.get("engine") is not None:
+        engine_rng.set_state(state["engine"])
+
+
+def staging_dir(run_dir: Path, step: int) -> Path:
+    """Where every rank writes its part of the checkpoint of ``step`` before it is published."""
+    return checkpoint_root(run_dir) / f".step-{step:06d}.partial"
+
+
+def begin_save(run_dir: Path, step: int) -> Path:
+    """Rank 0: a fresh staging directory (leftovers of an interrupted save are removed)."""
+    root = checkpoint_root(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".step-*.partial"):
+        shutil.rmtree(stale, ignore_errors=True)
+    path = staging_dir(run_dir, step)
+    path.mkdir()
+    return path
+
+
+def save_rank_part(staging: Path, rank: int, engine_rng: torch.Generator | None) -> None:
+    _save_tensor_file(rng_state(engine_rng), staging / f"rng-rank{rank}.pt")
+
+
+def finish_save(run_dir: Path, staging: Path, *, state: TrainState, model: dict[str, torch.Tensor],
+                optimizer: dict[str, Any], scheduler: dict[str, Any], keep: int) -> Path:
+    """Rank 0, after every rank's part is in ``staging``: publish the checkpoint, then prune old ones."""
+    _save_tensor_file(model, staging / "model.pt")
+    _save_tensor_file(optimizer, staging / "optimizer.pt")
+    _save_tensor_file(scheduler, staging / "scheduler.pt")
+    write_json_atomic(staging / "state.json", asdict(state))
+    _fsync_dir(staging)
+    root = checkpoint_root(run_dir)
+    final = root / f"step-{state.step:06d}"
+    if final.exists():  # a checkpoint of this step from before a resume: the new one replaces it
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    _fsync_dir(root)
+    write_text_atomic(root / "latest", final.name + "\n")
+    for old in sorted(root.glob("step-*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    state: TrainState
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: dict[str, Any] | None
+
+
+def load_checkpoint(path: Path, rank: int) -> Checkpoint:
+    state = TrainState(**json.loads((path / "state.json").read_text(encoding="utf-8")))
+
+    def load(name: str) -> Any:
+        return torch.load(path / name, map_location="cpu", weights_only=False)
+
+    rng_file = path / f"rng-rank{rank}.pt"
+    return Checkpoint(path, state, load("model.pt"), load("optimizer.pt"), load("scheduler.pt"),
+                      torch.load(rng_file, weights_only=False) if rng_file.exists() else None)

@@ -1,0 +1,105 @@
+"""Refuse, before anything runs, a config that would train nothing or train on the wrong thing.
+
+Every check here is a way a run has silently produced no learning signal: groups of one sample
+(zero variance, zero advantage), greedy sampling (every sample of a group identical), clip or
+importance-weight bounds that zero every token's weight, a split or curriculum without tasks, a
+chat format that cannot show the model its tools, a budget in which no turn fits. The error names
+the setting and what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from envhub.env import Env
+from envhub.trainer.config import TrainConfig
+
+
+class PreflightError(ValueError):
+    """The config cannot train anything; the message lists every reason."""
+
+
+def check_config(config: TrainConfig) -> list[str]:
+    """Problems visible from the config alone."""
+    problems: list[str] = []
+    algo, sampling, rollout = config.algorithm, config.sampling, config.rollout
+    if config.steps > 0 and rollout.group_size < 2:
+        problems.append(f"rollout.group_size is {rollout.group_size}: a group of one sample has zero variance, so "
+                        "every advantage is 0 and nothing is learned; use >= 2 (typically 4-16)")
+    if config.steps > 0 and sampling.temperature == 0:
+        problems.append("sampling.temperature is 0 (greedy): every sample of a group is the same, so every group "
+                        "has zero variance; sample with temperature > 0")
+    if sampling.top_p < 1.0 or sampling.top_k > 0:
+        problems.append("sampling.top_p < 1 or top_k > 0: the trainer scores tokens with temperature only, so the "
+                        "importance ratio would be biased; train with top_p 1 and top_k 0")
+    if algo.clip_low >= 1.0:
+        problems.append(f"algorithm.clip_low is {algo.clip_low}: the lower bound 1 - clip_low <= 0 lets the clipped "
+                        "weight reach 0; use a value below 1 (0.2 is usual)")
+    clip_high = algo.clip_low if algo.clip_high is None else algo.clip_high
+    if algo.loss != "cispo" and algo.clip_low == 0 and clip_high == 0:
+        problems.append("algorithm.clip_low and clip_high are 0: the ratio is clipped to 1 on both sides and no "
+                        "token moves after the first micro-batch")
+    mismatch = algo.mismatch
+    if mismatch.mode == "decoupled" and mismatch.weight == "mask" and mismatch.cap <= 1.0:
+        problems.append(f"algorithm.mismatch.cap is {mismatch.cap} with weight 'mask': every token whose engine and "
+                        "trainer probabilities agree (ratio ~1) would be masked; use a cap above 1 (2 is usual)")
+    if sampling.max_new_tokens > rollout.max_response_tokens:
+        problems.append(f"sampling.max_new_tokens ({sampling.max_new_tokens}) exceeds rollout.max_response_tokens "
+                        f"({rollout.max_response_tokens}): no first turn would fit the response budget")
+    if sampling.max_new_tokens >= rollout.max_context:
+        problems.append(f"sampling.max_new_tokens ({sampling.max_new_tokens}) leaves no room for a prompt in "
+                        f"rollout.max_context ({rollout.max_context})")
+    if config.sft is not None and not config.sft.runs:
+        problems.append("sft.runs is empty: name run directories with accepted trajectories")
+    return problems
+
+
+def check_tasks(config: TrainConfig, split_ids: Sequence[str], curriculum: Sequence[str]) -> list[str]:
+    if not split_ids:
+        return [f"{config.env.id} has no tasks in split {config.env.split!r}"]
+    if config.env.curriculum is not None and not curriculum:
+        return [f"the curriculum {config.env.curriculum} lists no task of split {config.env.split!r} "
+                "(all-0 and all-1 tasks teach GRPO nothing; profile another split or drop the curriculum)"]
+    return []
+
+
+def check_rendering(env: Env, render: Any, encode: Any, max_context: int, max_new_tokens: int) -> list[str]:
+    """The model's chat format must show the tools and leave room for a turn."""
+    task_id = env.tasks.task_ids(env.split)[0]
+    obs = env.reset(task_id=task_id)
+    try:
+        try:
+            text = render(obs)
+        except Exception as exc:
+            return [f"the model's chat format cannot render this env's prompt with its tools: {exc!r}"]
+        missing = [t.name for t in obs.tools if t.name not in text]
+        if missing:
+            return [f"the model's chat format drops the tools {missing} from the prompt; the model could never "
+                    "call them (use a model whose chat format renders tools)"]
+        prompt = len(encode(text))
+        if prompt + max_new_tokens > max_context:
+            return [f"the first prompt of {env.env_id} is {prompt} tokens; with max_new_tokens {max_new_tokens} it "
+                    f"does not fit rollout.max_context {max_context}: every episode would overflow"]
+        return []
+    finally:
+        env.close()
+
+
+def check_sft(samples: Sequence[Any], stats: dict[str, int], runs: Sequence[str], *, max_new_tokens: int,
+              longest_turn: Any) -> list[str]:
+    """The SFT examples must exist, and every turn they teach must fit one sampled turn: a model taught
+    a 90-token tool call and allowed 64 tokens is cut off before its call closes, every time."""
+    if not samples:
+        why = f"; {stats['too_long']} are longer than rollout.max_context" if stats.get("too_long") else ""
+        return [f"sft: no accepted episode in {runs} ({stats}){why}"]
+    longest = max(longest_turn(s) for s in samples)
+    if longest - 1 > max_new_tokens:  # a turn may lose its end-of-turn token and still say everything
+        return [f"sft: the examples have turns of up to {longest} tokens but sampling.max_new_tokens is "
+                f"{max_new_tokens}: the model could never finish the turns it is taught; raise max_new_tokens"]
+    return []
+
+
+def raise_if(problems: list[str]) -> None:
+    if problems:
+        raise PreflightError("this config would train nothing:\n" + "\n".join(f"  - {p}" for p in problems))

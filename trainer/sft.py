@@ -1,0 +1,154 @@
+"""The supervised warm start: teach the model the tool-call syntax before GRPO needs it to sample one.
+
+A small instruct model never emits a valid tool call on its own (SmolLM2-135M-Instruct: 8 of 8
+episodes ``format_error``), so every GRPO group is all zeros and nothing is learned. The SFT stage
+trains on accepted trajectories of run directories, with the loss on mask-1 tokens only:
+
+* episodes of a model (``hf:``/``sglang:`` runs) keep their token view as sampled, after the same
+  token audit the GRPO batches pass (rejection sampling on the model's own successes);
+* episodes of a scripted policy (``gold``) have no tokens: their messages are re-encoded with the
+  model's chat format through :class:`~envhub.adapters.token_record.TokenRecord`, exactly as the
+  model policy would have recorded them had the model sampled those turns (the first prompt rendered
+  once; each action's tokens and the end token with mask 1; each env reply as template text, mask 0).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envhub.adapters.audit import check_record
+from envhub.adapters.model_policy import ModelPolicy
+from envhub.adapters.token_record import TokenRecord
+from envhub.run_dir import Run
+from envhub.trainer import fsdp
+from envhub.trainer.batch import TrainingSample, micro_batches, policy_logprobs
+from envhub.trainer.config import SFTConfig
+from envhub.trainer.update import pad_to_same_count
+from envhub.types import Observation, TokenView, TrajectoryRecord
+
+
+def reencode(record: TrajectoryRecord, policy: ModelPolicy) -> TokenView:
+    """The token view the model policy would have recorded for ``record``'s turns."""
+    first = [m for m in record.messages[:2] if m.role in ("system", "user")]
+    prompt = policy.encode(policy.render_prompt(Observation(messages=first, tools=record.tools)))
+    tokens = TokenRecord(prompt)
+    for i, turn in enumerate(record.turns):
+        if i:
+            previous = record.turns[i - 1]
+            tokens.append_observation(policy.encode(policy.format.observation_text(previous.observation,
+                                                                                    closed=True)))
+        sampled = [*policy.encode(turn.action_text), policy.end_id]
+        tokens.append_sampled(sampled, [0.0] * len(sampled))
+    return tokens.token_view()
+
+
+def sft_samples(runs: Sequence[Path], policy: ModelPolicy, *, outcomes: Iterable[str], max_context: int,
+                max_examples: int | None = None) -> tuple[list[TrainingSample], dict[str, int]]:
+    """Samples of the accepted episodes of ``runs`` (see the module docstring) and what was skipped."""
+    wanted = set(outcomes)
+    samples: list[TrainingSample] = []
+    stats = {"episodes": 0, "accepted": 0, "reencoded": 0, "audit_failed": 0, "too_long": 0, "other_tokenizer": 0}
+    template = policy.describe().get("chat_template_hash")
+    for run in runs:
+        try:
+            source = Run(run).require()
+        except FileNotFoundError as exc:
+            raise ValueError(f"sft.runs: {exc}") from None
+        for record in source.records():
+            stats["episodes"] += 1
+            if record.outcome.value not in wanted:
+                continue
+            if record.response_ids:
+                if record.versions.chat_template_hash not in (None, template):
+                    stats["other_tokenizer"] += 1  # another model's tokens would teach nonsense
+                    continue
+                if check_record(record, policy.tokenizer):
+                    stats["audit_failed"] += 1
+                    continue
+                view = TokenView(prompt_ids=record.prompt_ids, response_ids=record.response_ids,
+                                 response_mask=record.response_mask, response_logprobs=record.response_logprobs)
+            else:
+                view = reencode(record, policy)
+                stats["reencoded"] += 1
+            if len(view.prompt_ids) + len(view.response_ids) > max_context:
+                stats["too_long"] += 1
+                continue
+            samples.append(TrainingSample(record.episode_id, view.prompt_ids, view.response_ids, view.response_mask,
+                                  view.response_logprobs))
+            stats["accepted"] += 1
+            if max_examples is not None and len(samples) >= max_examples:
+                return samples, stats
+    return samples, stats
+
+
+def sft_loss(model: torch.nn.Module, batch: Any, *, batch_tokens: float) -> torch.Tensor:
+    """Negative log-likelihood of the mask-1 tokens, summed and divided by the batch's mask-1 count."""
+    logp, _ = policy_logprobs(model, batch, temperature=1.0)
+    return -(logp * batch.mask).sum() / batch_tokens
+
+
+def sft_epoch_batches(samples: Sequence[TrainingSample], *, epoch: int, seed: int, batch_size: int) -> list[list[TrainingSample]]:
+    """The epoch's shuffled optimizer batches (deterministic in ``seed`` and ``epoch``)."""
+    order = list(samples)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(len(order), generator=generator).tolist()
+    order = [order[i] for i in perm]
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def longest_turn(sample: TrainingSample) -> int:
+    """The most tokens one turn of ``sample`` has the model sample (the longest run of mask 1)."""
+    longest = run = 0
+    for m in sample.response_mask:
+        run = run + 1 if m else 0
+        longest = max(longest, run)
+    return longest
+
+
+def run_sft(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig, *, seed: int,
+            grad_clip: float | None, dist: fsdp.DistInfo, pad_id: int, log: Callable[[str], None]) -> list[float]:
+    """The SFT stage on ``samples`` (from :func:`sft_samples`): ``config.epochs`` passes, ``config.batch_size``
+    examples per optimizer step (each rank takes every ``world_size``-th one); returns each epoch's mean
+    token NLL."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    model.train()
+    try:
+        return _epochs(model, samples, config, optimizer, seed=seed, grad_clip=grad_clip, dist=dist, pad_id=pad_id,
+                       log=log)
+    finally:
+        model.eval()  # the in-process engine may sample from this very module
+
+
+def _epochs(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig,
+            optimizer: torch.optim.Optimizer, *, seed: int, grad_clip: float | None, dist: fsdp.DistInfo,
+            pad_id: int, log: Callable[[str], None]) -> list[float]:
+    means = []
+    per_epoch = -(-len(samples) // config.batch_size)
+    started = time.monotonic()
+    for epoch in range(config.epochs):
+        losses = []
+        for batch in sft_epoch_batches(samples, epoch=epoch, seed=seed, batch_size=config.batch_size):
+            share = batch[dist.rank::dist.world_size]
+            micro = pad_to_same_count(micro_batches(share, config.micro_batch_size, pad_id), dist, pad_id)
+            tokens = float(sum(s.sampled_tokens for s in batch)) or 1.0
+            loss = 0.0
+            for mb in micro:
+                part = sft_loss(model, mb, batch_tokens=tokens)
+                part.backward()
+                loss += float(part.detach())
+            fsdp.clip_grad_norm(model, grad_clip if grad_clip is not None else math.inf)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(fsdp.all_reduce_sum({"loss": loss}, dist)["loss"])
+            done, total = epoch * per_epoch + len(losses), config.epochs * per_epoch
+            eta = (time.monotonic() - started) / done * (total - done)
+            log(f"sft step {done}/{total}  token NLL {losses[-1]:.4f}  ETA {eta:.0f}s")
+        means.append(sum(losses) / len(losses))
+        log(f"sft epoch {epoch + 1}/{config.epochs}: mean token NLL {means[-1]:.4f}")
+    return means

@@ -1,0 +1,159 @@
+"""What a training run tells the outside while it runs: a live progress line, Prometheus series
+(``metrics_port``), and TensorBoard event files (``tensorboard: true``). Rank 0 only.
+
+Prometheus series (bounded labels: ``env``, ``outcome``, ``outcome_class``, ``phase``; never an
+episode id or a prompt): the rollout series of :class:`envhub.metrics.RolloutMetrics` for the
+training episodes, plus ``envhub_train_step``, ``envhub_train_reward_mean``,
+``envhub_train_strict_success_ratio``, ``envhub_train_zero_variance_fraction``,
+``envhub_train_weight_version``, ``envhub_train_sample_staleness`` (weight versions between the
+newest weights and the oldest sample trained on) and ``envhub_train_step_seconds{phase}``
+(rollout, verify, train, weight_sync). TensorBoard gets every numeric entry of a step's record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from envhub.types import Outcome
+
+PHASES = ("rollout_s", "verify_s", "train_s", "weight_sync_s")
+
+
+class Telemetry:
+    def __init__(self, *, env_id: str, run_dir: Path, total_steps: int, metrics_port: int | None,
+                 tensorboard: bool, enabled: bool, log: Callable[[str], None]) -> None:
+        self.enabled, self.total, self.log = enabled, total_steps, log
+        self.started = time.monotonic()
+        self.rollout = None
+        self._stop: Callable[[], None] | None = None
+        self._writer = None
+        if not enabled:
+            return
+        if metrics_port is not None:
+            self._serve(env_id, metrics_port)
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise ValueError("tensorboard: true needs the tensorboard package "
+                                 "(pip install 'envhub[tensorboard]')") from exc
+            self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def _serve(self, env_id: str, port: int) -> None:
+        from prometheus_client import Gauge
+
+        from envhub.metrics import RolloutMetrics
+
+        self.rollout = RolloutMetrics(env_id)
+        r, labels = self.rollout.registry, ["env"]
+        self.env = env_id
+        self.gauges = {
+            "step": Gauge("envhub_train_step", "GRPO steps done", labels, registry=r),
+            "reward_mean": Gauge("envhub_train_reward_mean", "mean reward of the step's episodes", labels, registry=r),
+            "strict_success": Gauge("envhub_train_strict_success_ratio", "successes / attempted episodes of the step",
+                                    labels, registry=r),
+            "zero_variance_fraction": Gauge("envhub_train_zero_variance_fraction",
+                                            "groups of the step whose rewards were all equal", labels, registry=r),
+            "weight_version": Gauge("envhub_train_weight_version", "weight version the engine samples with", labels,
+                                    registry=r),
+            "weight_version_lag": Gauge("envhub_train_sample_staleness",
+                                        "weight versions between the newest weights and the oldest sample trained on",
+                                        labels, registry=r),
+        }
+        self.phase = Gauge("envhub_train_step_seconds", "seconds of the last step by phase", ["env", "phase"],
+                           registry=r)
+        for gauge in self.gauges.values():
+            gauge.labels(env_id)
+        for phase in PHASES:
+            self.phase.labels(env_id, phase.removesuffix("_s"))
+        host, bound, self._stop = self.rollout.serve(str(port))
+        self.log(f"metrics: http://{host}:{bound}/metrics")
+
+    def wrap_policy(self, policy: Any) -> Any:
+        """The collector's policy: counted as in flight from its start when metrics are served."""
+        return self.rollout.policy(policy) if self.rollout is not None else policy
+
+    def on_episode(self, record: Any) -> None:
+        if self.rollout is not None:
+            self.rollout.on_episode(record)
+
+    def on_step(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.log(self.progress_line(record))
+        if self.rollout is not None:
+            for key, gauge in self.gauges.items():
+                value = record.get(key)
+                if value is not None:
+                    gauge.labels(self.env).set(float(value))
+            for phase in PHASES:
+                self.phase.labels(self.env, phase.removesuffix("_s")).set(record["time"].get(phase, 0.0))
+        if self._writer is not None:
+            for key, value in _scalars(record):
+                self._writer.add_scalar(key, value, global_step=record["step"])
+            self._writer.flush()
+
+    def on_eval(self, result: dict[str, Any]) -> None:
+        if self._writer is not None:
+            self._writer.add_scalar("eval/strict_success", result["strict_success"], global_step=result["step"])
+            self._writer.flush()
+
+    def progress_line(self, r: dict[str, Any]) -> str:
+        done = r["step"]
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / max(done, 1) * max(self.total - done, 0)
+        return (f"step {done}/{self.total}  reward {r['reward_mean']:.3f}  strict success {r['strict_success']:.3f}  "
+                f"kept {int(r.get('kept', 0))}  tok/s {r['tokens_per_second']:.0f}  "
+                f"step {sum(v for k, v in r['time'].items() if k != 'verify_s'):.1f}s  ETA {_duration(eta)}")
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _scalars(record: dict[str, Any], prefix: str = "train/") -> list[tuple[str, float]]:
+    out = []
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.extend(_scalars(value, f"{prefix}{key}/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
+            out.append((f"{prefix}{key}", float(value)))
+    return out
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def rollout_counts(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Per-step sums over a rank's episodes (summed again over ranks by the loop)."""
+    counts: Counter[str] = Counter({f"outcome/{o.value}": 0 for o in Outcome})
+    for r in records:
+        outcome = Outcome(r["outcome"])
+        counts["attempted"] += 1
+        counts[f"outcome/{outcome.value}"] += 1
+        counts["success"] += outcome is Outcome.SUCCESS
+        counts["infra"] += outcome.is_infra
+        counts["reward_sum"] += float(r["reward"])
+        counts["sampled_tokens"] += sum(r.get("response_mask", []))
+        counts["verifier_s"] += float(r.get("metrics", {}).get("verifier_seconds", 0.0))
+    for key in ("attempted", "success", "infra", "reward_sum", "sampled_tokens", "verifier_s"):
+        counts.setdefault(key, 0)
+    return {k: float(v) for k, v in counts.items()}
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now, in MiB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

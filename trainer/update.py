@@ -1,0 +1,158 @@
+"""One training step's policy update: micro-batched loss on the mask-1 tokens, optimizer steps.
+
+The step's samples are split into ``optim.updates_per_step`` mini-batches (one optimizer step each)
+of micro-batches (one forward and backward each, gradients accumulated). Losses are normalized by
+the mini-batch's totals over every rank (:func:`envhub.trainer.grpo.policy_loss`'s
+``batch_sequences``/``batch_tokens``), so accumulated micro-batch gradients equal the mini-batch's
+gradient exactly, on one process or sharded.
+
+The old policy is fixed before the first optimizer step: the engine's sampled logprobs (``bypass``)
+or the trainer's own recomputed ones with importance weights against the engine's (``decoupled``).
+Under FSDP every rank must run the same number of forward passes (each is a collective), so ranks
+with fewer micro-batches run empty ones (mask 0: they change no gradient).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from envhub.trainer import fsdp, grpo
+from envhub.trainer.batch import MicroBatch, TrainingSample, collate, micro_batches, policy_logprobs
+from envhub.trainer.config import TrainConfig
+
+
+def lr_factor(config: TrainConfig, update: int) -> float:
+    """The learning-rate multiplier at optimizer step ``update``: linear warm-up over
+    ``optim.warmup_steps`` training steps, then the ``optim.schedule`` (cosine, linear or constant)
+    over the rest of the run's ``steps * updates_per_step`` optimizer steps."""
+    o, total = config.optim, max(config.steps * config.optim.updates_per_step, 1)
+    warm = o.warmup_steps * o.updates_per_step
+    if warm and update < warm:
+        return (update + 1) / warm
+    progress = min(max(update - warm, 0) / max(total - warm, 1), 1.0)
+    if o.schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * progress))
+    if o.schedule == "linear":
+        return 1.0 - progress
+    return 1.0
+
+
+def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, samples: list[TrainingSample],
+                  *, config: TrainConfig, dist: fsdp.DistInfo, reference: torch.nn.Module | None,
+                  pad_id: int) -> dict[str, Any]:
+    """Train on ``samples`` (this rank's share); returns the step's statistics, summed over ranks."""
+    algo, optim = config.algorithm, config.optim
+    temperature = algo.temperature if algo.temperature is not None else config.sampling.temperature
+    minis = [samples[i::optim.updates_per_step] for i in range(optim.updates_per_step)]
+    micro = [micro_batches(m, optim.micro_batch_size, pad_id) for m in minis]
+    micro = [pad_to_same_count(m, dist, pad_id) for m in micro]
+    model.train()
+    try:
+        return _update(model, optimizer, scheduler, samples, micro, config=config, dist=dist, reference=reference,
+                       temperature=temperature)
+    finally:
+        model.eval()  # the in-process engine may sample from this very module
+
+
+def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, samples: list[TrainingSample],
+            micro: list[list[MicroBatch]], *, config: TrainConfig, dist: fsdp.DistInfo,
+            reference: torch.nn.Module | None, temperature: float) -> dict[str, Any]:
+    algo, optim = config.algorithm, config.optim
+    old = [[old_logprobs(model, mb, config, reference, temperature) for mb in m] for m in micro]
+    stats = StepStats()
+    updates = 0
+    for m, olds in zip(micro, old, strict=True):
+        totals = fsdp.all_reduce_sum({"seq": float(sum(int((mb.mask > 0).any(dim=1).sum()) for mb in m)),
+                                      "tok": float(sum(int((mb.mask > 0).sum()) for mb in m))}, dist)
+        if totals["seq"] == 0:  # nothing informative on any rank: no optimizer step (and no LR step)
+            continue
+        for mb, (old_logp, is_weights, ref_logp, mismatch) in zip(m, olds, strict=True):
+            logp, ent = policy_logprobs(model, mb, temperature=temperature, with_entropy=True)
+            loss, loss_stats = grpo.policy_loss(
+                logp, old_logp, mb.advantages, mb.mask, loss=algo.loss, clip_low=algo.clip_low,
+                clip_high=algo.clip_high, is_weights=is_weights, ref_logp=ref_logp, kl_coef=algo.kl_coef,
+                batch_sequences=int(totals["seq"]), batch_tokens=int(totals["tok"]),
+                max_response_len=config.rollout.max_response_tokens)
+            loss.backward()
+            on = mb.mask > 0
+            tokens = float(on.sum())
+            gap = float((logp.detach() - mb.engine_logp).abs()[on].sum() / tokens) if tokens else 0.0
+            stats.add({**loss_stats, **mismatch, "entropy": float(ent) if tokens else 0.0,
+                       "trainer_engine_gap": gap}, tokens)
+            stats.loss += float(loss.detach())
+        limit = optim.grad_clip if optim.grad_clip is not None else math.inf
+        stats.add({"grad_norm": fsdp.clip_grad_norm(model, limit)}, 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        updates += 1
+    return {"updated": updates > 0, "optimizer_steps": updates, "trained_samples": len(samples),
+            **stats.result(dist)}
+
+
+def old_logprobs(model: torch.nn.Module, mb: MicroBatch, config: TrainConfig, reference: torch.nn.Module | None,
+                 temperature: float) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None,
+                                              dict[str, float]]:
+    """(old policy logprobs, mismatch importance weights or None, reference logprobs or None, the
+    importance weights' statistics)."""
+    algo = config.algorithm
+    old, weights, ref, stats = mb.engine_logp, None, None, {}
+    if algo.mismatch.mode == "decoupled":
+        with torch.no_grad():
+            old, _ = policy_logprobs(model, mb, temperature=temperature)
+        fsdp.reshard_after_forward_only(model)
+        weights, stats = grpo.mismatch_weights(old, mb.engine_logp, mb.mask, level=algo.mismatch.level,
+                                           mode=algo.mismatch.weight, cap=algo.mismatch.cap)
+    if reference is not None:
+        with torch.no_grad():
+            ref, _ = policy_logprobs(reference, mb, temperature=temperature)
+    return old, weights, ref, stats
+
+
+def empty_batch(pad_id: int) -> MicroBatch:
+    """A one-token micro-batch with mask 0: a forward pass that changes no gradient."""
+    return collate([TrainingSample("padding", [pad_id], [pad_id], [0], [0.0])], pad_id)
+
+
+def pad_to_same_count(batches: list[MicroBatch], dist: fsdp.DistInfo, pad_id: int) -> list[MicroBatch]:
+    """``batches`` plus empty ones, to the largest count of any rank."""
+    wanted = int(fsdp.all_reduce_max({"n": float(len(batches))}, dist)["n"])
+    return batches + [empty_batch(pad_id) for _ in range(wanted - len(batches))]
+
+
+#: Statistics every rank reports (a collective needs the same keys everywhere).
+STAT_KEYS = ("clip_fraction", "ratio_mean", "kl", "entropy", "trainer_engine_gap", "is_weight_mean",
+             "is_capped_fraction", "mismatch_abs_mean", "grad_norm")
+MAX_KEYS = ("ratio_max", "is_weight_max")
+
+
+class StepStats:
+    """Token-weighted means of per-micro-batch statistics and maxima of ``*_max`` ones, over ranks."""
+
+    def __init__(self) -> None:
+        self.sums = dict.fromkeys(STAT_KEYS, 0.0)
+        self.weights = dict.fromkeys(STAT_KEYS, 0.0)
+        self.maxima = dict.fromkeys(MAX_KEYS, -math.inf)
+        self.loss = 0.0
+
+    def add(self, stats: dict[str, float], weight: float) -> None:
+        if not weight:
+            return
+        for key, value in stats.items():
+            if key in self.maxima:
+                self.maxima[key] = max(self.maxima[key], float(value))
+            elif key in self.sums:
+                self.sums[key] += float(value) * weight
+                self.weights[key] += weight
+
+    def result(self, dist: fsdp.DistInfo) -> dict[str, float]:
+        sums = fsdp.all_reduce_sum({**{f"s:{k}": v for k, v in self.sums.items()},
+                                    **{f"w:{k}": v for k, v in self.weights.items()}, "loss": self.loss}, dist)
+        maxima = fsdp.all_reduce_max(self.maxima, dist)
+        out: dict[str, float] = {k: sums[f"s:{k}"] / sums[f"w:{k}"] for k in STAT_KEYS if sums[f"w:{k}"]}
+        out.update({k: v for k, v in maxima.items() if v > -math.inf})
+        out["loss"] = sums["loss"]
+        return out

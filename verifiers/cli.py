@@ -1,0 +1,145 @@
+"""``envhub verify ENV``: the env's verifier suite (gold, noop, attacks), or grading of
+submissions made elsewhere. Registered in :data:`envhub.cli.SUBCOMMANDS`, so core reaches it by
+name; the suite itself is :mod:`envhub.verifiers.suite`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from envhub.cli import _fail, _parse_kv, _spec, console, err
+from envhub.verifiers.suite import SuiteProgress, grade_submissions, run_suite
+
+
+def verify_command(
+    env_id: str,
+    tasks: Annotated[str | None, typer.Option(help="comma-separated task ids (default: a sample)")] = None,
+    split: Annotated[str, typer.Option(help="train, validation, test, or all")] = "test",
+    limit: Annotated[int, typer.Option(min=0, help="tasks to sample when --tasks is not given; 0 = all")] = 20,
+    cases: Annotated[str | None, typer.Option(help="comma-separated case names")] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="envs grading in parallel")] = 2,
+    submissions: Annotated[Path | None, typer.Option(help="JSONL of {task_id, submission} to grade")] = None,
+    out: Annotated[Path | None, typer.Option(help="write the JSON result here")] = None,
+    sandbox: str = "auto",
+    env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
+) -> None:
+    """Run the env's verifier suite (gold, noop, attacks) or grade external submissions."""
+    from envhub.env import SPLITS
+    from envhub.progress import progress_wanted
+    from envhub.registry import make
+    from envhub.store import write_json_atomic, write_text_atomic
+
+    _spec(env_id)
+    splits = SPLITS if split == "all" else (split,)
+    kwargs = {"split": splits[0], "sandbox": sandbox, **_parse_kv(env_arg)}
+
+    def factory() -> Any:
+        return make(env_id, **kwargs)
+
+    try:
+        env = factory()  # checks the split and the env arguments before any work
+    except (ValueError, TypeError) as exc:
+        raise _fail(str(exc)) from None
+    if submissions is not None:
+        env.close()
+        numbered = _read_submissions(submissions)
+        graded = grade_submissions(factory, [row for _, row in numbered], jobs=jobs)
+        text = "".join(json.dumps(g) + "\n" for g in graded)
+        if out:
+            _write_out(out, lambda: write_text_atomic(out, text))
+        else:
+            sys.stdout.write(text)
+        _report_ungraded(submissions, [n for n, _ in numbered], graded)
+        return
+    if tasks is not None:
+        ids = [t.strip() for t in tasks.split(",") if t.strip()]
+        if not ids:
+            env.close()
+            raise _fail("--tasks names no task id")
+    else:
+        ids = [i for s in splits for i in env.tasks.task_ids(s)]
+    env.close()
+    if not tasks and limit:
+        ids = _stratified_sample(ids, limit)
+    bar = SuiteProgress(len(ids), show=progress_wanted())
+    try:
+        with bar:
+            report = run_suite(factory, ids, cases=cases.split(",") if cases else None, jobs=jobs,
+                               on_result=bar.on_result)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:  # nothing is kept: the suite's result is written only when it is complete
+        err.print(f"interrupted: {bar.line()}; verify keeps no partial results, rerun it to start over",
+                  markup=False, highlight=False)
+        raise typer.Exit(130) from None
+    table = Table("case", "expect", "tasks", "as expected", "rate", "not applicable",
+                  title=f"verifier suite: {env_id}")
+    for name, row in report.by_case().items():
+        style = "red" if row["violations"] else "green"
+        table.add_row(name, row["expect"], str(row["tasks"]), str(row["as_expected"]),
+                      f"[{style}]{row['rate']:.3f}[/]", str(row["not_applicable"] or ""))
+    console.print(table)
+    if out:
+        _write_out(out, lambda: write_json_atomic(out, report.to_json()))
+    if report.violations:
+        for name, row in report.by_case().items():
+            for v in row["violations"][:3]:
+                err.print(f"[red]violation[/] {name} on {v['task_id']}: {v['outcome']}: {v['detail'][:200]}")
+        raise typer.Exit(1)
+
+
+def _write_out(path: Path, write: Callable[[], object]) -> None:
+    """Run ``write``; a failure (full disk, no permission) is a message and exit 1, not a traceback."""
+    try:
+        write()
+    except OSError as exc:
+        raise _fail(f"cannot write {path}: {exc.strerror or exc}", code=1) from None
+
+
+def _stratified_sample(ids: list[str], limit: int) -> list[str]:
+    """Evenly spaced ids: deterministic, and it covers every kind of a sorted id list."""
+    if len(ids) <= limit:
+        return ids
+    ordered = sorted(ids)
+    step = len(ordered) / limit
+    return [ordered[int(i * step)] for i in range(limit)]
+
+
+def _read_submissions(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) for every non-blank line of a submissions file; exit 2 with the file
+    and line on a line that is not a JSON object, or when there is no submission at all."""
+    rows = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise _fail(f"{path}:{n}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise _fail(f"{path}:{n}: each line must be a JSON object")
+        rows.append((n, row))
+    if not rows:
+        raise _fail(f"{path} holds no submissions (expected JSON lines of {{task_id, submission}})")
+    return rows
+
+
+def _report_ungraded(path: Path, line_numbers: list[int], graded: list[dict[str, Any]]) -> None:
+    """Name the lines that could not be graded on stderr; exit 1 when none could be."""
+    failed = [(n, g["error"]) for n, g in zip(line_numbers, graded, strict=True) if "error" in g]
+    for n, why in failed[:5]:
+        err.print(f"[yellow]not graded[/] {path}:{n}: {why}")
+    if len(failed) > 5:
+        err.print(f"[yellow]not graded[/] {len(failed) - 5} more lines of {path}")
+    if failed and len(failed) == len(graded):
+        raise _fail(f"none of the {len(graded)} submissions in {path} could be graded", code=1)
