@@ -305,7 +305,10 @@ class Trainer:
         tokens = counts["sampled_tokens"]
         return {
             "step": step, "weight_version": self.state.weight_version,
-            "reward_mean": counts["reward_sum"] / attempted, "strict_success": counts["success"] / attempted,
+            # the policy's mean reward is over the episodes it is scored on: infra outcomes (reward 0,
+            # ours) would drag it down; strict success keeps them in its denominator, as DESIGN.md says
+            "reward_mean": counts["reward_sum"] / max(counts["attempted"] - counts["infra"], 1),
+            "strict_success": counts["success"] / attempted,
             "success_excluding_infra": counts["success"] / max(counts["attempted"] - counts["infra"], 1),
             "outcomes": {k.removeprefix("outcome/"): int(v) for k, v in counts.items() if k.startswith("outcome/")},
             "attempted": int(counts["attempted"]),

@@ -53,7 +53,8 @@ class Telemetry:
         self.env = env_id
         self.gauges = {
             "step": Gauge("envhub_train_step", "GRPO steps done", labels, registry=r),
-            "reward_mean": Gauge("envhub_train_reward_mean", "mean reward of the step's episodes", labels, registry=r),
+            "reward_mean": Gauge("envhub_train_reward_mean",
+                                 "mean reward of the step's episodes that are not infra failures", labels, registry=r),
             "strict_success": Gauge("envhub_train_strict_success_ratio", "successes / attempted episodes of the step",
                                     labels, registry=r),
             "zero_variance_fraction": Gauge("envhub_train_zero_variance_fraction",
@@ -143,7 +144,7 @@ def rollout_counts(records: list[dict[str, Any]]) -> dict[str, float]:
         counts[f"outcome/{outcome.value}"] += 1
         counts["success"] += outcome is Outcome.SUCCESS
         counts["infra"] += outcome.is_infra
-        counts["reward_sum"] += float(r["reward"])
+        counts["reward_sum"] += 0.0 if outcome.is_infra else float(r["reward"])
         counts["sampled_tokens"] += sum(r.get("response_mask", []))
         counts["verifier_s"] += float(r.get("metrics", {}).get("verifier_seconds", 0.0))
     for key in ("attempted", "success", "infra", "reward_sum", "sampled_tokens", "verifier_s"):

@@ -51,7 +51,10 @@ class SnapshotGate:
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Episode | None) -> str:
         assert episode is not None
-        episode.scratch["final"], cut = snapshot(self.env.sandbox())
+        try:
+            episode.scratch["final"], cut = snapshot(self.env.sandbox())
+        except OSError as exc:  # the agent's own tree: deleted, made unreadable, or filled past memory
+            raise GateFailure(Outcome.FORMAT_ERROR, f"the repository could not be read: {exc}") from None
         if cut:  # the agent grew its tree past what is read: what it submitted cannot be known whole
             raise GateFailure(Outcome.FORMAT_ERROR, "the repository is too large to grade: " + "; ".join(cut[:3]))
         return f"read {len(episode.scratch['final'])} files"

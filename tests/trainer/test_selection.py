@@ -79,3 +79,13 @@ def test_infra_outcomes_never_reach_a_batch_nor_shift_their_group(step_records):
             if s.episode_id.startswith(group):
                 reward = next(r["reward"] for r in rest if r["episode_id"] == s.episode_id)
                 assert (s.advantage > 0) == (reward > mean)
+
+
+def test_step_counts_score_the_policy_on_its_own_episodes_only():
+    from envhub.trainer.telemetry import rollout_counts
+
+    records = [{"outcome": "success", "reward": 1.0}, {"outcome": "wrong_answer", "reward": 0.0},
+               {"outcome": "env_error", "reward": 1.0}]  # an infra record's reward never counts
+    counts = rollout_counts(records)
+    assert (counts["attempted"], counts["infra"], counts["success"], counts["reward_sum"]) == (3, 1, 1, 1.0)
+    assert counts["reward_sum"] / (counts["attempted"] - counts["infra"]) == 0.5  # the step's reward_mean

@@ -102,3 +102,23 @@ def test_fifos_sockets_and_symlinks_out_of_the_tree_are_reported_never_followed(
     assert "root:" not in tool(env, "search", pattern="root", path="src")  # grep -r follows no link
     obs = submit(env)
     assert obs.outcome is Outcome.WRONG_ANSWER, obs.verdict.detail
+
+
+@pytest.mark.parametrize("backend", ["process", "docker"])
+def test_an_agent_that_deletes_its_own_repository_fails_as_policy_not_infra(backend):
+    """Reading the agent's tree at grading time fails only through what the agent did to it (here:
+    its work directory removed, by a path relative to it); that is the agent's outcome, never
+    verifier_error or env_error."""
+    from envhub.registry import make
+    from envhub.types import Action, ToolCall
+
+    if backend == "docker":
+        require_backend("docker")
+    env = make("envhub/CodeRepair-v0", sandbox=backend, split="train")
+    try:
+        env.reset(task_id=env.tasks.task_ids("train")[0])
+        env.sandbox().exec("cd .. && rm -rf work; true")  # relative: the process backend is the host
+        obs = env.step(Action(tool_calls=[ToolCall(name=env.terminal_tool, arguments={})]))
+        assert obs.done and not obs.outcome.is_infra, (obs.outcome, obs.verdict.detail[:300])
+    finally:
+        env.close()
