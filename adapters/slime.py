@@ -81,7 +81,7 @@ def play(env_id: str, task_id: str, policy: Any, *, env_kwargs: dict[str, Any] |
          episode_id: str = "", seed: int = 0, split: str = "train") -> TrajectoryRecord:
     """One envhub episode of ``task_id`` with ``policy`` (synchronous)."""
     from envhub.registry import make
-    from envhub.rollout import EpisodePlan, run_episode
+    from envhub.rollout.runner import EpisodePlan, run_episode
 
     env = make(env_id, split=split, **(env_kwargs or {}))
     try:

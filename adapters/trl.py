@@ -126,7 +126,7 @@ class EnvhubRolloutFunc:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         from envhub.adapters.engines.transformers_engine import TransformersEngine
         from envhub.adapters.model_policy import ModelPolicy
-        from envhub.rollout import EpisodePlan
+        from envhub.rollout.runner import EpisodePlan
 
         task_ids = [prompt_task_id(prompt) for prompt in prompts]
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -155,7 +155,7 @@ class EnvhubRolloutFunc:
 
     def _play(self, plan: Any, policy: Any) -> TrajectoryRecord:
         from envhub.registry import make
-        from envhub.rollout import run_episode
+        from envhub.rollout.runner import run_episode
 
         env = make(self.env_id, split=self.split, **self.env_kwargs)
         try:

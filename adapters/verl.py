@@ -194,7 +194,7 @@ class EnvhubAgentLoop(AgentLoopBase):
 
     def _play(self, env_id: str, task_id: str, policy: Any, seed: int, episode_id: str) -> TrajectoryRecord:
         from envhub.registry import make
-        from envhub.rollout import EpisodePlan, run_episode
+        from envhub.rollout.runner import EpisodePlan, run_episode
 
         env = make(env_id, split=self.split, **self.env_kwargs)
         try:

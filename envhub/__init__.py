@@ -4,8 +4,7 @@
 with envhub's registry and with Gymnasium as ``envhub/<Name>-v0``.
 """
 
-__version__ = "0.1.0"
-
+from envhub._version import __version__
 from envhub.env import Budget, Env, Episode
 from envhub.errors import ContextOverflowError, EngineError, InfraError, ToolError
 from envhub.registry import EnvSpec, get_spec, list_envs, load_plugins, make, register
@@ -27,7 +26,7 @@ from envhub.types import (
 
 def connect(url: str, token: str | None = None, **options: object) -> object:
     """A remote env served by ``envhub serve`` with the local env's reset/step API (needs httpx)."""
-    from envhub.client import connect as _connect
+    from envhub.server.client import connect as _connect
 
     return _connect(url, token, **options)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from envhub.budget import Budget, check_budget
 from envhub.errors import EpisodeFinishedError, InfraError, ToolError
 from envhub.parsing import PARSERS, TOOL_CALL_EXAMPLE, ToolCallParser, coerce_action, sanitize_calls
-from envhub.sandbox_door import SandboxDoor
+from envhub.sandboxes.door import SandboxDoor
 from envhub.tools import ToolArgumentError, ToolDef, collect_tools
 from envhub.types import (
     Action,

@@ -11,6 +11,7 @@ import os
 import socket
 from typing import Any
 
+from envhub._version import __version__
 from envhub.sandboxes.base import SandboxError
 
 #: Every container we start carries this label; ``prune`` finds leftovers by it.
@@ -24,12 +25,7 @@ LABEL_VERSION = "envhub.version"
 
 
 def envhub_version() -> str:
-    try:
-        from envhub import __version__
-
-        return str(__version__)
-    except ImportError:  # pragma: no cover - core always has it
-        return "0.1.0"
+    return __version__
 
 
 def owner_labels() -> dict[str, str]:

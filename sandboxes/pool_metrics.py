@@ -1,7 +1,7 @@
 """Prometheus series of the process's warm sandbox pools (:func:`envhub.sandboxes.pool.shared_pool`).
 
 Summed per backend -- a pool's spec is not a bounded label. ``replaced`` counts sandboxes found dead
-or broken and replaced: the pool's failures. Loaded by name from ``envhub.metrics.COLLECTORS``.
+or broken and replaced: the pool's failures. Served beside the rollout series of :mod:`envhub.rollout.metrics`.
 """
 
 from __future__ import annotations

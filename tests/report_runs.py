@@ -14,7 +14,7 @@ from typing import Any
 from envhub.errors import EngineError
 from envhub.parsing import format_tool_call
 from envhub.policies import GoldPolicy, PolicyOutput, RandomPolicy
-from envhub.rollout import RolloutResult, run_rollouts
+from envhub.rollout.runner import RolloutResult, run_rollouts
 from envhub.types import Observation, TokenView
 
 ENV = "envhub/Computation-v0"

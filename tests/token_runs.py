@@ -43,7 +43,7 @@ def scripted_token_run(out_dir: str | Path, *, env_id: str = "envhub/Computation
     from envhub.adapters.engines.scripted import ScriptedEngine
     from envhub.adapters.model_policy import ModelPolicy
     from envhub.registry import make
-    from envhub.rollout import plan_episodes, run_rollouts
+    from envhub.rollout.runner import plan_episodes, run_rollouts
 
     tokenizer = tokenizer or smollm2_tokenizer()
     env = make(env_id, split="train")

@@ -34,9 +34,9 @@ import torch
 from envhub.adapters.audit import check_record
 from envhub.adapters.engines.models import resolve_model
 from envhub.adapters.model_policy import ModelPolicy
-from envhub.collect import EpisodeCollector, EpisodePlan, plan_episodes
 from envhub.registry import make
-from envhub.report import summarize
+from envhub.rollout.collect import EpisodeCollector, EpisodePlan, plan_episodes
+from envhub.rollout.summary import summarize
 from envhub.run_dir import Run
 from envhub.store import JsonlStore, read_jsonl, write_json_atomic, write_text_atomic
 from envhub.trainer import checkpoint as ckpt

@@ -2,7 +2,7 @@
 (``metrics_port``), and TensorBoard event files (``tensorboard: true``). Rank 0 only.
 
 Prometheus series (bounded labels: ``env``, ``outcome``, ``outcome_class``, ``phase``; never an
-episode id or a prompt): the rollout series of :class:`envhub.metrics.RolloutMetrics` for the
+episode id or a prompt): the rollout series of :class:`envhub.rollout.metrics.RolloutMetrics` for the
 training episodes, plus ``envhub_train_step``, ``envhub_train_reward_mean``,
 ``envhub_train_strict_success_ratio``, ``envhub_train_zero_variance_fraction``,
 ``envhub_train_weight_version``, ``envhub_train_sample_staleness`` (weight versions between the
@@ -46,7 +46,7 @@ class Telemetry:
     def _serve(self, env_id: str, port: int) -> None:
         from prometheus_client import Gauge
 
-        from envhub.metrics import RolloutMetrics
+        from envhub.rollout.metrics import RolloutMetrics
 
         self.rollout = RolloutMetrics(env_id)
         r, labels = self.rollout.registry, ["env"]

@@ -1,6 +1,6 @@
 """``envhub verify ENV``: the env's verifier suite (gold, noop, attacks), or grading of
-submissions made elsewhere. Registered in :data:`envhub.cli.SUBCOMMANDS`, so core reaches it by
-name; the suite itself is :mod:`envhub.verifiers.suite`."""
+submissions made elsewhere (loaded on first use by :data:`envhub.cli.commands.SUBCOMMANDS`); the
+suite itself is :mod:`envhub.verifiers.suite`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from envhub.cli import _fail, _parse_kv, _spec, console, err
+from envhub.cli.common import console, env_spec, err, fail, parse_kv
 from envhub.verifiers.suite import SuiteProgress, grade_submissions, run_suite
 
 
@@ -35,9 +35,9 @@ def verify_command(
     from envhub.registry import make
     from envhub.store import write_json_atomic, write_text_atomic
 
-    _spec(env_id)
+    env_spec(env_id)
     splits = SPLITS if split == "all" else (split,)
-    kwargs = {"split": splits[0], "sandbox": sandbox, **_parse_kv(env_arg)}
+    kwargs = {"split": splits[0], "sandbox": sandbox, **parse_kv(env_arg)}
 
     def factory() -> Any:
         return make(env_id, **kwargs)
@@ -45,7 +45,7 @@ def verify_command(
     try:
         env = factory()  # checks the split and the env arguments before any work
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if submissions is not None:
         env.close()
         numbered = _read_submissions(submissions)
@@ -61,7 +61,7 @@ def verify_command(
         ids = [t.strip() for t in tasks.split(",") if t.strip()]
         if not ids:
             env.close()
-            raise _fail("--tasks names no task id")
+            raise fail("--tasks names no task id")
     else:
         ids = [i for s in splits for i in env.tasks.task_ids(s)]
     env.close()
@@ -73,7 +73,7 @@ def verify_command(
             report = run_suite(factory, ids, cases=cases.split(",") if cases else None, jobs=jobs,
                                on_result=bar.on_result)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except KeyboardInterrupt:  # nothing is kept: the suite's result is written only when it is complete
         err.print(f"interrupted: {bar.line()}; verify keeps no partial results, rerun it to start over",
                   markup=False, highlight=False)
@@ -99,7 +99,7 @@ def _write_out(path: Path, write: Callable[[], object]) -> None:
     try:
         write()
     except OSError as exc:
-        raise _fail(f"cannot write {path}: {exc.strerror or exc}", code=1) from None
+        raise fail(f"cannot write {path}: {exc.strerror or exc}", code=1) from None
 
 
 def _stratified_sample(ids: list[str], limit: int) -> list[str]:
@@ -118,19 +118,19 @@ def _read_submissions(path: Path) -> list[tuple[int, dict[str, Any]]]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise _fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise fail(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise _fail(f"{path}:{n}: not JSON ({exc.msg})") from None
+            raise fail(f"{path}:{n}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict):
-            raise _fail(f"{path}:{n}: each line must be a JSON object")
+            raise fail(f"{path}:{n}: each line must be a JSON object")
         rows.append((n, row))
     if not rows:
-        raise _fail(f"{path} holds no submissions (expected JSON lines of {{task_id, submission}})")
+        raise fail(f"{path} holds no submissions (expected JSON lines of {{task_id, submission}})")
     return rows
 
 
@@ -142,4 +142,4 @@ def _report_ungraded(path: Path, line_numbers: list[int], graded: list[dict[str,
     if len(failed) > 5:
         err.print(f"[yellow]not graded[/] {len(failed) - 5} more lines of {path}")
     if failed and len(failed) == len(graded):
-        raise _fail(f"none of the {len(graded)} submissions in {path} could be graded", code=1)
+        raise fail(f"none of the {len(graded)} submissions in {path} could be graded", code=1)

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from envhub.collect import EnvWorkers, check_concurrency
 from envhub.parsing import format_tool_call
 from envhub.progress import Progress
+from envhub.rollout.collect import EnvWorkers, check_concurrency
 from envhub.types import Action, Outcome, Task
 
 if TYPE_CHECKING:

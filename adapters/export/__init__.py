@@ -28,7 +28,6 @@ from envhub.run_dir import Run
 from envhub.store import write_json_atomic
 from envhub.types import TrajectoryRecord
 
-from .cli import export_command
 from .common import ROUND_TRIP_FIELDS, ExportResult, load_records, select
 from .parquet import read_parquet, write_parquet
 from .skyrl import export_skyrl, read_skyrl
@@ -103,6 +102,6 @@ def read_export(out: str | Path, format: str) -> list[dict[str, Any]]:
     return FORMATS[format][1](Path(out))
 
 
-__all__ = ["FORMATS", "ROUND_TRIP_FIELDS", "ExportResult", "Format", "export_command", "export_run", "load_records",
+__all__ = ["FORMATS", "ROUND_TRIP_FIELDS", "ExportResult", "Format", "export_run", "load_records",
            "read_export", "select"]
 

@@ -40,7 +40,7 @@ def stop_reason(rec: TrajectoryRecord) -> str:
 
 
 def generator_output(records: Sequence[TrajectoryRecord]) -> dict[str, Any]:
-    from envhub.report import summarize
+    from envhub.rollout.summary import summarize
 
     for rec in records:
         check_token_view(rec)

@@ -11,7 +11,7 @@ Routes and their contracts:
   ``/step``, ``/state`` to its env, and ``DELETE /envhub/sessions/{id}`` ends it. A stateless
   ``/step`` has no episode to step and answers 409 saying so.
 - ``GET /envhub/info``, ``GET /envhub/tasks``, ``POST /envhub/abort``, ``GET /envhub/gold``: what a
-  remote client (:mod:`envhub.client`) needs to stand in for a local env.
+  remote client (:mod:`envhub.server.client`) needs to stand in for a local env.
 - ``GET /metrics``: Prometheus text.
 
 Every client error is a 4xx with ``{"code", "message"}``: malformed JSON 400, unknown fields and
@@ -40,7 +40,9 @@ from envhub.server.edge import Edge
 from envhub.server.hub import Hub, ServerConfig, registry_factory
 from envhub.server.jsontext import AsciiJSONResponse
 from envhub.server.mcp import PARSE_ERROR, check_request, error
-from envhub.server.models import (
+from envhub.server.ops import ProtocolError
+from envhub.server.sessions import CapacityError, Session
+from envhub.server.wire import (
     SESSION_HEADER,
     AbortRequest,
     EpisodeState,
@@ -58,8 +60,6 @@ from envhub.server.models import (
     WireAction,
     step_result_json,
 )
-from envhub.server.ops import ProtocolError
-from envhub.server.sessions import CapacityError, Session
 from envhub.server.ws import ws_endpoint
 from envhub.types import Observation
 

@@ -18,8 +18,7 @@ can reach it: ``envhub serve --docker`` publishes on 127.0.0.1 unless ``--host``
 image, envhub's files, the versions of its dependencies) are unchanged.
 
 The engine is driven through docker-py with the sandboxes' own client
-(``envhub.sandboxes.dockerapi.docker_client``, reached by name through
-:data:`envhub.sandbox_door.SANDBOXES`: core imports no other part), so ``serve --docker`` needs
+(:func:`envhub.sandboxes.dockerapi.docker_client`), so ``serve --docker`` needs
 what the docker sandbox needs -- the ``envhub[docker]`` extra and an engine -- and no docker CLI.
 """
 
@@ -44,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import envhub
-from envhub.sandbox_door import sandbox_part
+from envhub.sandboxes.dockerapi import docker_client, local_image
+from envhub.sandboxes.images import base_image_tag
 
 CONTAINER_PORT = 8000
 LABEL_INPUTS = "envhub.serve.inputs"
@@ -81,7 +81,7 @@ def image_tag(env_id: str) -> str:
 def _client(timeout: int = 120) -> Any:
     """The sandboxes' docker-py client; DockerServeError when docker-py or the engine is missing."""
     try:
-        return sandbox_part("docker_client")(timeout)
+        return docker_client(timeout)
     except Exception as exc:  # SandboxError, saying what to install or start
         raise DockerServeError(str(exc)) from None
 
@@ -99,7 +99,7 @@ def _docker_call(what: str, call: Callable[[], Any]) -> Any:
 def _local_image(ref: str) -> Any | None:
     """The local image ``ref`` (a docker-py ``Image``), or None when there is none."""
     client = _client()
-    return _docker_call(f"inspecting image {ref}", lambda: sandbox_part("local_image")(client, ref))
+    return _docker_call(f"inspecting image {ref}", lambda: local_image(client, ref))
 
 
 def _image_label(tag: str, label: str) -> str | None:
@@ -109,7 +109,7 @@ def _image_label(tag: str, label: str) -> str | None:
 
 def _base_image(base: str | None) -> str:
     if base is None:
-        base = str(sandbox_part("base_image_tag")())
+        base = str(base_image_tag())
     if _local_image(base) is None:
         raise DockerServeError(f"the base image {base} does not exist: build it with `envhub sandbox build`")
     return base

@@ -17,9 +17,9 @@ from typing import Any
 from envhub.env import Env
 from envhub.server.mcp import McpHandler, call_tool_envelope, list_tools_envelope, tool_not_found_envelope
 from envhub.server.metrics import Metrics
-from envhub.server.models import SESSION_HEADER, CallToolWire, ListToolsWire, WireAction, step_result_json
 from envhub.server.ops import Ops, ProtocolError
 from envhub.server.sessions import Executor, Session, SessionConfig, SessionManager
+from envhub.server.wire import SESSION_HEADER, CallToolWire, ListToolsWire, WireAction, step_result_json
 from envhub.types import Action, ToolCall
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import envhub
-from envhub.sandbox_door import sandbox_part
+from envhub.sandboxes.images import base_image_tag
 from envhub.server.docker import CONTAINER_PORT, default_command, write_site
 
 #: What OpenEnv's runtime plan replays: actions without a tool call (a format error each), so
@@ -111,7 +111,7 @@ def export_openenv_package(env_id: str, dest: Path, *, split: str = "test", base
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / "openenv.yaml").is_file())):
         raise OpenEnvExportError(f"{dest} exists and is not an empty directory or an earlier OpenEnv export")
-    base = base_image or str(sandbox_part("base_image_tag")())
+    base = base_image or str(base_image_tag())
     first = base.split("/", 1)[0]
     if "/" in base and ("." in first or ":" in first or first == "localhost"):
         raise OpenEnvExportError(f"the base image {base!r} names a registry host ({first}); the package "

@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from envhub.errors import EpisodeFinishedError
-from envhub.server.models import (
+from envhub.server.sessions import Session, SessionManager
+from envhub.server.wire import (
     STEP_ACTION,
     AbortRequest,
     CallToolWire,
@@ -23,7 +24,6 @@ from envhub.server.models import (
     WireAction,
     episode_state,
 )
-from envhub.server.sessions import Session, SessionManager
 from envhub.types import Action, Observation
 
 

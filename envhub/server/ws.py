@@ -35,9 +35,9 @@ from fastapi import WebSocket
 from envhub.server import jsontext
 from envhub.server.hub import Hub
 from envhub.server.mcp import check_request
-from envhub.server.models import SESSION_HEADER, SESSION_QUERY, step_result_json
 from envhub.server.ops import ProtocolError
 from envhub.server.sessions import CapacityError, Session
+from envhub.server.wire import SESSION_HEADER, SESSION_QUERY, step_result_json
 
 log = logging.getLogger(__name__)
 

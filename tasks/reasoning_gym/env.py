@@ -157,7 +157,7 @@ class ReasoningGymEnv(Env):
     env_id = "envhub/ReasoningGym-v0"
     family = "reasoning_gym"
     version = "1"
-    #: the generated items depend on the installed reasoning-gym (see envhub.task_counts)
+    #: the generated items depend on the installed reasoning-gym (see envhub.cli.task_counts)
     task_set_dependencies = ("reasoning-gym",)
     default_budget = Budget(max_turns=2, max_tool_calls=2, max_agent_seconds=300.0)
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from envhub.bench import percentile
+from envhub.rollout.bench import percentile
 
 from .corpus import load_corpus, load_questions
 from .search import SearchIndex, available_backends

@@ -15,7 +15,7 @@ from envhub.adapters.engines.scripted import ScriptedEngine
 from envhub.adapters.engines.tiny import build_tiny_model
 from envhub.policies import make_policy
 from envhub.registry import make
-from envhub.rollout import plan_episodes, run_rollouts
+from envhub.rollout.runner import plan_episodes, run_rollouts
 from envhub.store import read_jsonl
 
 ENV = "envhub/Computation-v0"

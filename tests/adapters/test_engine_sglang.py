@@ -160,7 +160,7 @@ def test_context_length_errors_are_context_overflow(server, answer):
 def test_a_context_length_error_ends_the_episode_as_context_overflow(server, tmp_path):
     from envhub.adapters.engines.tiny import build_tiny_model
     from envhub.policies import make_policy
-    from envhub.rollout import run_rollouts
+    from envhub.rollout.runner import run_rollouts
 
     server.generate_answers.append((400, fixture("generate_error_context_total")))
     policy = make_policy(f"sglang:{server.url}?tokenizer={build_tiny_model()}&max_new_tokens=64")
@@ -236,7 +236,7 @@ def test_sglang_policy_runs_an_audited_episode(server, tmp_path):
     from envhub.adapters.audit import audit_run
     from envhub.adapters.engines.tiny import build_tiny_model
     from envhub.policies import make_policy
-    from envhub.rollout import run_rollouts
+    from envhub.rollout.runner import run_rollouts
 
     tiny = build_tiny_model()
     policy = make_policy(f"sglang:{server.url}?tokenizer={tiny}&max_new_tokens=64")

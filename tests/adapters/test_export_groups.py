@@ -66,7 +66,7 @@ def _play(out: Path, *, interrupt: bool) -> None:
     from envhub.adapters.engines.scripted import ScriptedEngine
     from envhub.adapters.model_policy import ModelPolicy
     from envhub.registry import make
-    from envhub.rollout import plan_episodes, run_rollouts
+    from envhub.rollout.runner import plan_episodes, run_rollouts
 
     tok = smollm2_tokenizer()
     env = make(ENV_ID, split="train")

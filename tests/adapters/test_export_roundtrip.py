@@ -15,10 +15,10 @@ import typer
 from token_runs import shared_token_run
 from typer.testing import CliRunner
 
+from envhub.adapters.export.cli import export_command
 from envhub.adapters.export import (
     FORMATS,
     ROUND_TRIP_FIELDS,
-    export_command,
     export_run,
     load_records,
     read_export,
@@ -85,7 +85,7 @@ def test_round_trip(run_dir: Path, tmp_path: Path, fmt: str, include_infra: bool
 
 def test_scripted_records_without_tokens(tmp_path: Path) -> None:
     from envhub.policies import make_policy
-    from envhub.rollout import run_rollouts
+    from envhub.rollout.runner import run_rollouts
 
     run_rollouts("envhub/Computation-v0", make_policy("noop"), out_dir=tmp_path / "run", episodes=2)
     skipped = export_run(tmp_path / "run", "trl", tmp_path / "trl")

@@ -107,7 +107,7 @@ def test_the_skyrl_conversation_renders_as_envhubs_model_policy_records_it() -> 
     from envhub.adapters.model_policy import ModelPolicy
     from envhub.adapters.skyrl import register_skyrl_env
     from envhub.registry import make
-    from envhub.rollout import EpisodePlan, run_episode
+    from envhub.rollout.runner import EpisodePlan, run_episode
 
     env_id, kwargs = "envhub/Computation-v0", {"sandbox": "process"}  # the python tool must really run
     ref = make(env_id, **kwargs)

@@ -17,7 +17,7 @@ from envhub.errors import EngineError
 from envhub.parsing import format_tool_call
 from envhub.policies import make_policy
 from envhub.registry import make
-from envhub.rollout import plan_episodes, run_rollouts
+from envhub.rollout.runner import plan_episodes, run_rollouts
 from envhub.store import read_jsonl
 from envhub.types import Message, Outcome, ToolSpec, TrajectoryRecord
 

@@ -303,7 +303,7 @@ def test_envhub_rollout_through_tito_is_trainable(tmp_path: Path) -> None:
     """An envhub episode played over the OpenAI protocol yields a token-exact, exportable record."""
     from envhub.adapters.export import export_run, load_records, read_export
     from envhub.adapters.openai_policy import OpenAIChatPolicy
-    from envhub.rollout import run_rollouts
+    from envhub.rollout.runner import run_rollouts
 
     tok = smollm2_tokenizer()
 

@@ -88,7 +88,7 @@ def test_a_command_whose_optional_dependency_is_missing_names_the_extra():
     """`envhub serve` whose module cannot be imported (None in sys.modules: what Python does for a
     package that is not installed) says which extra brings it, and exits 2."""
     code = ("import sys; sys.modules['envhub.server.cli'] = None; sys.argv = ['envhub', 'serve', 'x']; "
-            "from envhub.cli import main; main()")
+            "from envhub.cli.commands import main; main()")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert "`envhub serve` needs an optional dependency" in res.stderr

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 import envhub
-from envhub.collect import EnvWorkers, EpisodeCollector, collect
-from envhub.episodes import plan_episodes
 from envhub.parsing import format_tool_call
 from envhub.policies import PolicyOutput
+from envhub.rollout.collect import EnvWorkers, EpisodeCollector, collect
+from envhub.rollout.episodes import plan_episodes
 from envhub.types import Observation, Outcome, TokenView
 
 ENV = "envhub/Computation-v0"

@@ -23,7 +23,7 @@ import pytest
 from sandbox_fixtures import require_backend
 from typer.testing import CliRunner
 
-from envhub.cli import app
+from envhub.cli.commands import app
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 ENV_ID = "envhub/Computation-v0"

@@ -18,10 +18,10 @@ import pytest
 from sandbox_fixtures import require_backend
 from typer.testing import CliRunner
 
-from envhub.cli import app
+from envhub.cli.commands import app
 from envhub.policies import make_policy
 from envhub.registry import make
-from envhub.rollout import run_rollouts
+from envhub.rollout.runner import run_rollouts
 from envhub.verifiers.suite import grade_submissions, run_suite
 
 ENV = "envhub/Computation-v0"

@@ -14,7 +14,7 @@ import torch
 from sandbox_fixtures import require_backend
 
 from envhub.policies import make_policy
-from envhub.rollout import run_rollouts
+from envhub.rollout.runner import run_rollouts
 from envhub.sandboxes import close_all
 from envhub.sandboxes.docker_backend import docker_client, owned_containers
 from envhub.sandboxes.dockerapi import LABEL_PID

@@ -7,7 +7,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from envhub.metrics import RolloutMetrics
+from envhub.rollout.metrics import RolloutMetrics
 from envhub.server.metrics import Metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "envhub.json"

@@ -1,53 +1,80 @@
-"""DESIGN.md's layout rules, checked on the source tree: the dependency arrows (every import
-counted, lazy ones inside functions included) and the module size limit.
+"""DESIGN.md's floors, checked on the source tree, and the module size limit.
 
-tasks -> verifiers, sandboxes, core; verifiers -> sandboxes, core; sandboxes -> core;
-adapters -> core; trainer -> adapters, core. Core imports none of the others: it reaches them
-through registries that they fill (entry points, string tables of ``"module:attr"`` names such as
-``envhub.sandbox_door.SANDBOXES``, resolved with importlib).
+    base       envhub/{types,errors,budget,progress,safe_ast,_version}.py  -> nothing of envhub
+    sandboxes                                                              -> base
+    kernel     the rest of envhub/ but its applications                    -> base, sandboxes
+    verifiers  -> kernel, sandboxes          tasks   -> verifiers, sandboxes, kernel
+    adapters   -> kernel                     trainer -> adapters, kernel
+    apps       envhub/cli/, envhub/server/, envhub/reports/, every cli.py  -> anything below
 
-One kind of import is not a dependency and is allowed: a type-only import under
-``if TYPE_CHECKING:``. It never runs -- no import-time cost, no cycle, nothing missing at run
-time when a part is not installed -- and it lets core's public API name the protocol types it
-passes through (``Env.sandbox_spec: SandboxSpec | None``) in string annotations.
+Every import counts: lazy ones inside functions, and strings that name an envhub module (what
+``importlib.import_module`` or a ``"module:attr"`` table would load). Nothing imports an
+application, except the one lazy facade ``envhub.connect``. One kind of import is not a dependency
+and is allowed: a type-only import under ``if TYPE_CHECKING:``. It never runs -- no import-time
+cost, no cycle, nothing missing at run time when a part is not installed -- and it lets a floor's
+public API name the types it passes through in string annotations.
 """
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("sandboxes", "verifiers", "adapters", "trainer", "tasks")
-ALLOWED = {
-    "core": set(),
-    "sandboxes": set(),
-    "verifiers": {"sandboxes"},
-    "adapters": set(),
-    "trainer": {"adapters"},
-    "tasks": {"verifiers", "sandboxes"},
+BASE = {"types", "errors", "budget", "progress", "safe_ast", "_version"}
+APP_PACKAGES = {"cli", "server", "reports"}
+BELOW = {
+    "base": {"base"},
+    "sandboxes": {"base", "sandboxes"},
+    "kernel": {"base", "sandboxes", "kernel"},
+    "verifiers": {"base", "sandboxes", "kernel", "verifiers"},
+    "tasks": {"base", "sandboxes", "kernel", "verifiers", "tasks"},
+    "adapters": {"base", "kernel", "adapters"},
+    "trainer": {"base", "kernel", "adapters", "trainer"},
+    "apps": {"base", "sandboxes", "kernel", "verifiers", "tasks", "adapters", "trainer", "apps"},
 }
+#: (importing file, imported module) pairs allowed across the floors: ``envhub.connect``.
+FACADES = {("envhub/__init__.py", "envhub.server.client")}
 MAX_LINES = 500
 #: The one module allowed over MAX_LINES: the stdlib-only program injected into every sandbox as
 #: its PID 1 (``python3 -I -c <bootstrap> <sources...>``); its helpers are already split out
 #: (fsops, tarops, procs), and what is left is one request loop that must stay whole.
 SIZE_EXCEPTIONS = {"sandboxes/executor.py"}
+MODULE_STRING = re.compile(r"envhub(\.\w+)+(:\w+)?")
 
 
-def _part_of_module(name: str) -> str | None:
-    pieces = name.split(".")
+def floor_of(module: str) -> str | None:
+    """The floor of an envhub module (``envhub.rollout.collect`` -> kernel); None outside envhub."""
+    pieces = module.split(".")
     if pieces[0] != "envhub":
         return None
-    return pieces[1] if len(pieces) > 1 and pieces[1] in PARTS else "core"
+    if len(pieces) == 1:
+        return "kernel"  # the package face registers every env
+    if pieces[-1] in ("cli", "__main__") or pieces[1] in APP_PACKAGES:
+        return "apps"
+    if pieces[1] in PARTS:
+        return pieces[1]
+    return "base" if pieces[1] in BASE else "kernel"
+
+
+def module_of(rel: str) -> str:
+    """``trainer/loop.py`` -> ``envhub.trainer.loop``; ``envhub/rollout/__init__.py`` -> ``envhub.rollout``."""
+    parts = list(Path(rel).with_suffix("").parts)
+    if parts[0] != "envhub":
+        parts.insert(0, "envhub")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
 
 
 def _source_files():
-    """(path relative to the root, its part) of every module of the package; the code-repair
-    projects (task data) and the scaffold templates are not modules of it."""
+    """Every module of the package, relative to the root; the code-repair projects (task data)
+    and the scaffold templates are not modules of it."""
     for folder in ("envhub", *PARTS):
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if "/projects/" in rel or "/templates/" in rel:
-                continue
-            yield rel, "core" if folder == "envhub" else folder
+            if "/projects/" not in rel and "/templates/" not in rel:
+                yield rel
 
 
 def _type_checking_only(tree: ast.Module) -> set[int]:
@@ -59,39 +86,87 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return inside
 
 
-def _imports(tree: ast.Module):
+def _docstrings(tree: ast.Module) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _imports(tree: ast.Module, package: str):
+    """(node, module) for every import statement and every string that is an envhub module name."""
+    docstrings = _docstrings(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node, alias.name
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node, node.module
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the importing package
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                yield node, f"{base}.{node.module}" if node.module else base
+            elif node.module:
+                yield node, node.module
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+              and MODULE_STRING.fullmatch(node.value) and _is_module(node.value.partition(":")[0])):
+            yield node, node.value.partition(":")[0]
 
 
-def test_dependency_arrows_hold():
-    violations = []
-    for rel, part in _source_files():
-        tree = ast.parse((ROOT / rel).read_text())
-        type_only = _type_checking_only(tree)
-        for node, module in _imports(tree):
-            target = _part_of_module(module)
-            if target is None or target in (part, "core") or target in ALLOWED[part] or id(node) in type_only:
-                continue
-            violations.append(f"{rel}:{node.lineno}: {part} imports {module}")
-    assert violations == []
+def _is_module(name: str) -> bool:
+    """Whether ``name`` is one of the package's modules (not a label such as ``envhub.owned``)."""
+    parts = name.split(".")[1:]
+    folder = ROOT.joinpath(*parts) if parts and parts[0] in PARTS else ROOT.joinpath("envhub", *parts)
+    return folder.with_suffix(".py").is_file() or (folder / "__init__.py").is_file()
 
 
-def test_a_lazy_import_counts_and_a_type_only_one_does_not():
-    """The rule itself: an import inside a function is a dependency, one under TYPE_CHECKING is not."""
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import envhub.sandboxes\n"
-                     "else:\n    import envhub.verifiers\ndef f():\n    from envhub.adapters import x\n")
+def violations_of(rel: str, source: str) -> list[str]:
+    tree = ast.parse(source)
     type_only = _type_checking_only(tree)
-    counted = [module for node, module in _imports(tree) if id(node) not in type_only and module != "typing"]
-    assert counted == ["envhub.verifiers", "envhub.adapters"]
+    own = module_of(rel)
+    package = own if rel.endswith("__init__.py") else own.rpartition(".")[0]
+    floor = floor_of(own)
+    found = []
+    for node, module in _imports(tree, package):
+        target = floor_of(module)
+        if target is None or target in BELOW[floor] or id(node) in type_only or (rel, module) in FACADES:
+            continue
+        found.append(f"{rel}:{node.lineno}: {floor} imports {module} ({target})")
+    return found
+
+
+def test_every_import_goes_down_the_floors():
+    found = [v for rel in _source_files() for v in violations_of(rel, (ROOT / rel).read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_the_floors_of_modules():
+    assert [floor_of(m) for m in ("envhub.types", "envhub._version", "envhub.env", "envhub.rollout.collect",
+                                  "envhub", "envhub.sandboxes.door", "envhub.verifiers.cli", "envhub.server.client",
+                                  "envhub.reports.html", "envhub.trainer.__main__", "envhub.tasks.computation.env",
+                                  "numpy")] == [
+        "base", "base", "kernel", "kernel", "kernel", "sandboxes", "apps", "apps", "apps", "apps", "tasks", None]
+    assert module_of("trainer/loop.py") == "envhub.trainer.loop"
+    assert module_of("envhub/rollout/__init__.py") == "envhub.rollout"
+
+
+def test_a_lazy_import_and_a_module_string_count_and_a_type_only_import_does_not():
+    """The rule itself, on made-up modules: each kind of reach upward is found once, with its line."""
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import envhub.trainer\n"
+              "else:\n    import envhub.verifiers\ndef f():\n    from envhub.adapters import x\n"
+              "TABLE = {'a': 'envhub.cli.commands:main'}\n"
+              "def g():\n    '''see envhub.trainer.loop'''\n    return importlib.import_module('envhub.tasks')\n"
+              "from . import wire\nLABEL = 'envhub.owned'\n")
+    found = violations_of("sandboxes/made_up.py", source)
+    assert [v.split(": ", 1)[1] for v in found] == [
+        "sandboxes imports envhub.verifiers (verifiers)", "sandboxes imports envhub.adapters (adapters)",
+        "sandboxes imports envhub.cli.commands (apps)", "sandboxes imports envhub.tasks (tasks)"]
+    assert violations_of("envhub/made_up.py", "from .server import wire\n") == [
+        "envhub/made_up.py:1: kernel imports envhub.server (apps)"]
+    assert violations_of("envhub/types.py", "import envhub.env\n") == [
+        "envhub/types.py:1: base imports envhub.env (kernel)"]
+    assert violations_of("envhub/cli/made_up.py", "import envhub.trainer.loop\nimport envhub.server\n") == []
 
 
 def test_no_module_is_over_500_lines():
-    long = {rel: n for rel, _ in _source_files()
+    long = {rel: n for rel in _source_files()
             if (n := len((ROOT / rel).read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert set(long) - SIZE_EXCEPTIONS == set(), f"split these (over {MAX_LINES} lines): {long}"
     assert set(long) >= SIZE_EXCEPTIONS, f"no longer over {MAX_LINES} lines, drop its exception: {SIZE_EXCEPTIONS}"

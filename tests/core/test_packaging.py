@@ -19,7 +19,7 @@ def test_wheel_ships_only_the_envhub_import_root(tmp_path):
         assert f"envhub/{sub}/__init__.py" in names
     for shipped in ("envhub/tasks/computation/generator.py", "envhub/tasks/code_repair/data/manifest.json.gz",
                     "envhub/tasks/code_repair/projects/roman/src/roman.py", "envhub/tasks/retrieval/data/corpus.jsonl.gz",
-                    "envhub/templates/new_env/env.py.tmpl", "envhub/verifiers/pytest_report_plugin.py",
+                    "envhub/cli/templates/new_env/env.py.tmpl", "envhub/verifiers/pytest_report_plugin.py",
                     "envhub/sandboxes/executor.py"):
         assert shipped in names, shipped
     top_level = [n for n in names if n.endswith("top_level.txt")]

@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from envhub.scaffold import PluginNames, create_plugin, new_env_command
+from envhub.cli.scaffold import PluginNames, create_plugin, new_env_command
 
 NAME = f"scaffold-selftest-{uuid.uuid4().hex[:8]}"  # unique: concurrent test runs must not collide
 NAMES = PluginNames.from_name(NAME)

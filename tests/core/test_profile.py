@@ -9,8 +9,8 @@ import pytest
 from report_runs import ENV, MixedPolicy
 from sandbox_fixtures import require_backend
 
-from envhub.profile import pass_at_k, run_profile
-from envhub.report_html import write_report
+from envhub.reports.html import write_report
+from envhub.rollout.profile import pass_at_k, run_profile
 from envhub.store import read_jsonl
 from envhub.types import Outcome
 

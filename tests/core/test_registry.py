@@ -83,7 +83,7 @@ def test_plugin_env_is_found_through_entry_points_and_works(plugin):
     code = textwrap.dedent('''
         import envhub, gymnasium
         from envhub.policies import make_policy
-        from envhub.rollout import run_rollouts
+        from envhub.rollout.runner import run_rollouts
         import tempfile
         assert "tinyplugin/Echo-v0" in [s.env_id for s in envhub.list_envs()]
         env = gymnasium.make("tinyplugin/Echo-v0")

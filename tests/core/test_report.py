@@ -9,8 +9,8 @@ import pytest
 from report_runs import HOSTILE, mixed_rollout
 from sandbox_fixtures import require_backend
 
-from envhub.report_data import RunDirError, load_run
-from envhub.report_html import write_report
+from envhub.reports.data import RunDirError, load_run
+from envhub.reports.html import write_report
 
 
 @pytest.fixture(scope="module")

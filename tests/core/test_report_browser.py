@@ -13,7 +13,7 @@ from report_runs import HOSTILE, mixed_rollout
 from report_training_runs import tiny_training_run
 from sandbox_fixtures import require_backend
 
-from envhub.report_html import write_report
+from envhub.reports.html import write_report
 
 if chromium() is None:  # CI installs it (scripts/setup.sh): there, a missing browser fails the test
     pytestmark = pytest.mark.skipif(not os.environ.get("CI"), reason="chromium is not installed")

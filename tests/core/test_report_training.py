@@ -10,8 +10,8 @@ import sys
 import pytest
 from report_training_runs import tiny_training_run
 
-from envhub.report_data import RunDirError, load_run
-from envhub.report_html import write_report
+from envhub.reports.data import RunDirError, load_run
+from envhub.reports.html import write_report
 from envhub.store import read_jsonl
 from envhub.types import Outcome, OutcomeClass
 

@@ -18,7 +18,7 @@ import envhub
 from envhub.env import Budget
 from envhub.parsing import DefaultParser, JsonParser, format_tool_call
 from envhub.policies import GoldPolicy, ScriptedPolicy
-from envhub.rollout import run_rollouts
+from envhub.rollout.runner import run_rollouts
 from envhub.store import JsonlStore, read_jsonl, write_json_atomic, write_text_atomic
 from envhub.tasks.computation.env import AnswerTypeMatch, ComputationTasks, computation_attacks
 from envhub.types import Action, Outcome, OutcomeClass, Task, ToolCall

@@ -12,7 +12,7 @@ from sandbox_fixtures import backend_params, require_backend
 import envhub
 from envhub.parsing import format_tool_call
 from envhub.policies import GoldPolicy, ScriptedPolicy, make_policy
-from envhub.rollout import plan_episodes, run_episode, run_rollouts
+from envhub.rollout.runner import plan_episodes, run_episode, run_rollouts
 from envhub.store import JsonlStore, read_jsonl
 from envhub.types import Outcome, TrajectoryRecord
 

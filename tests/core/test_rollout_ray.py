@@ -18,12 +18,12 @@ import ray
 from sandbox_fixtures import require_backend
 from typer.testing import CliRunner
 
-from envhub.bench_concurrency import ENV_ID, SleepyEnv, run_bench
-from envhub.cli import app
-from envhub.episodes import plan_episodes
+from envhub.cli.commands import app
 from envhub.policies import GoldPolicy
-from envhub.ray_backend import REDISPATCHED_KEY, WORKER_DIED, RayCollector, RayEnvSpec
-from envhub.rollout import run_rollouts
+from envhub.rollout.bench_concurrency import ENV_ID, SleepyEnv, run_bench
+from envhub.rollout.episodes import plan_episodes
+from envhub.rollout.ray_backend import REDISPATCHED_KEY, WORKER_DIED, RayCollector, RayEnvSpec
+from envhub.rollout.runner import run_rollouts
 from envhub.types import Outcome
 
 FAST = {"tool_s": 0.02, "tool_calls": 2}
@@ -39,7 +39,7 @@ def ray_cluster() -> Any:
 
 
 def spec(**kwargs: Any) -> RayEnvSpec:
-    return RayEnvSpec(ENV_ID, kwargs=kwargs, imports=("envhub.bench_concurrency",))
+    return RayEnvSpec(ENV_ID, kwargs=kwargs, imports=("envhub.rollout.bench_concurrency",))
 
 
 def rollout(tmp_path: Path, name: str, kwargs: dict[str, Any], episodes: int, collector: Any = None,
@@ -58,8 +58,8 @@ def assert_accounted(report: dict[str, Any], rows: list[dict[str, Any]], planned
 
 
 def test_import_envhub_imports_no_ray() -> None:
-    code = ("import envhub, envhub.rollout, envhub.collect, envhub.cli, envhub.ray_backend, "
-            "envhub.bench_concurrency, sys; assert 'ray' not in sys.modules, 'ray imported'")
+    code = ("import envhub, envhub.rollout.runner, envhub.rollout.collect, envhub.cli.commands, envhub.rollout.ray_backend, "
+            "envhub.rollout.bench_concurrency, sys; assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 

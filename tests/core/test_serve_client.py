@@ -1,4 +1,4 @@
-"""``envhub.client``: a remote env with the local API, reconnection, and the rollout runner on top."""
+"""``envhub.server.client``: a remote env with the local API, reconnection, and the rollout runner on top."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 pytest.importorskip("fastapi")
 
 import envhub
-from envhub.client import RemoteEnv, RemoteError, SessionLostError, connect, remote_env_factory
 from envhub.errors import EpisodeFinishedError
 from envhub.policies import PolicyOutput
-from envhub.rollout import run_rollouts
+from envhub.rollout.runner import run_rollouts
 from envhub.server import ServerConfig, create_app
+from envhub.server.client import RemoteEnv, RemoteError, SessionLostError, connect, remote_env_factory
 from envhub.server.testing import serve_in_thread
 from envhub.types import Observation, Outcome
 
@@ -170,8 +170,8 @@ class _SampledAnswerPolicy(_AnswerPolicy):
 
 
 def test_the_sample_of_a_remote_turn_stays_here_and_lands_on_the_turn(url: str, local: envhub.Env):
-    from envhub.collect import collect
-    from envhub.episodes import plan_episodes
+    from envhub.rollout.collect import collect
+    from envhub.rollout.episodes import plan_episodes
 
     plans = plan_episodes(ENV_ID, local.tasks.task_ids("train"), episodes=2)
     records = list(collect(plans, remote_env_factory(url), _SampledAnswerPolicy(local), concurrency=2))

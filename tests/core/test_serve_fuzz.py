@@ -18,7 +18,7 @@ from schemathesis.checks import not_a_server_error  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from envhub.server import ServerConfig, create_app  # noqa: E402
-from envhub.server.models import SESSION_HEADER  # noqa: E402
+from envhub.server.wire import SESSION_HEADER  # noqa: E402
 
 app = create_app("envhub/Computation-v0", ServerConfig(max_sessions=64, session_ttl_s=60,
                                                        max_body_bytes=64 * 1024))

@@ -16,7 +16,7 @@ from starlette.websockets import WebSocketDisconnect
 import envhub
 from envhub.parsing import format_tool_call
 from envhub.server import ServerConfig, create_app
-from envhub.server.models import SESSION_HEADER
+from envhub.server.wire import SESSION_HEADER
 
 ENV_ID = "envhub/Computation-v0"
 TASK = "comp-bigint-L1-0"

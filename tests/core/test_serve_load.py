@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 import envhub
-from envhub.server.loadgen import LeanWebSocket, open_ws
+from envhub.server.bench.loadgen import LeanWebSocket, open_ws
 from envhub.server.testing import serve_in_subprocess
 
 ENV_ID = "envhub/Computation-v0"

@@ -23,8 +23,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from envhub.server import ServerConfig, create_app
-from envhub.server.models import SESSION_HEADER
 from envhub.server.testing import serve_in_thread
+from envhub.server.wire import SESSION_HEADER
 
 ENV_ID = "envhub/Computation-v0"
 TASK = "comp-bigint-L1-0"

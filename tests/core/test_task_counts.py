@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from envhub.cli.task_counts import cache_path, task_counts
 from envhub.registry import get_spec
-from envhub.task_counts import cache_path, task_counts
 
 ENV_ID = "envhub/Computation-v0"
 

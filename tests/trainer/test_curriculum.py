@@ -5,7 +5,7 @@ import json
 from trainer_fixtures import letter_config
 
 from envhub.policies import make_policy
-from envhub.profile import run_profile
+from envhub.rollout.profile import run_profile
 from envhub.trainer.config import parse_config
 from envhub.trainer.loop import Trainer
 

@@ -9,10 +9,10 @@ from transformers import AutoTokenizer
 
 from envhub.adapters.engines.scripted import ScriptedEngine
 from envhub.adapters.model_policy import ModelPolicy
-from envhub.collect import EpisodePlan, describe_policy, run_episode
 from envhub.policies import make_policy
 from envhub.registry import make
-from envhub.rollout import run_rollouts
+from envhub.rollout.collect import EpisodePlan, describe_policy, run_episode
+from envhub.rollout.runner import run_rollouts
 from envhub.trainer.config import parse_config
 from envhub.trainer.loop import train
 from envhub.trainer.sft import reencode, sft_samples

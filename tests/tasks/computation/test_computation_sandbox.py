@@ -133,7 +133,7 @@ def test_what_the_agent_does_to_its_sandbox_is_a_tool_result(env, fault):
 
 @pytest.mark.parametrize("backend", backend_params("docker", "bwrap"))
 def test_bench_compares_the_fork_path_with_main_py_in_the_same_run(backend):
-    from envhub.bench import bench_python_tool
+    from envhub.rollout.bench import bench_python_tool
 
     require_backend(backend)
     lines: list[str] = []

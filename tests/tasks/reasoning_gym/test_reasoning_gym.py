@@ -95,7 +95,7 @@ def test_bad_names_and_configs_are_clear_errors():
 
 def test_cli_verify_with_dataset_and_config_env_args():
     register_envs()
-    from envhub.cli import app
+    from envhub.cli.commands import app
 
     result = CliRunner().invoke(app, ["verify", ENV_ID, "--limit", "8", "--env-arg", "dataset=leg_counting",
                                       "--env-arg", 'config={"max_animals": 3}', "--env-arg", "size=100"])

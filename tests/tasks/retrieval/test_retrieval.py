@@ -325,7 +325,7 @@ def test_gold_policy_searches_opens_and_succeeds_noop_fails(env):
 
 def test_registered_cli_verify_and_gymnasium(tmp_path):
     register_envs()
-    from envhub.cli import app
+    from envhub.cli.commands import app
 
     out = tmp_path / "suite.json"
     result = CliRunner().invoke(app, ["verify", "envhub/Retrieval-v0", "--split", "all", "--limit", "0",

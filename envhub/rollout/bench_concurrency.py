@@ -5,11 +5,11 @@ listed otherwise) is an env whose tool ``wait`` takes ``tool_s`` seconds of slee
 needs no sandbox: the gold policy makes ``tool_calls`` such calls and then answers. With ``C``
 episodes in flight, ``N`` episodes can take no less than ``ceil(N / C)`` waves of ``tool_calls *
 tool_s`` seconds; the bench prints episodes per second and the ratio to that ideal, in process
-(:class:`~envhub.collect.EpisodeCollector`) and through Ray (:class:`~envhub.ray_backend.RayCollector`,
+(:class:`~envhub.rollout.collect.EpisodeCollector`) and through Ray (:class:`~envhub.rollout.ray_backend.RayCollector`,
 when ray is installed), measured in the same run.
 
 The same env serves the Ray backend's fault tests: ``die_on_worker=K`` makes a tool call SIGKILL
-its own process when that process is Ray rollout worker ``K`` (:data:`~envhub.ray_backend.WORKER_INDEX_ENV`).
+its own process when that process is Ray rollout worker ``K`` (:data:`~envhub.rollout.ray_backend.WORKER_INDEX_ENV`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from envhub.env import Budget, Env, Episode
-from envhub.episodes import plan_episodes
 from envhub.parsing import format_tool_call
 from envhub.registry import register
+from envhub.rollout.episodes import plan_episodes
 from envhub.tools import tool
 from envhub.types import Action, Outcome, Task, Verdict
 
 ENV_ID = "envhub-bench/Sleepy-v0"
-#: Set in each Ray rollout worker's process (mirrors :data:`envhub.ray_backend.WORKER_INDEX_ENV`,
+#: Set in each Ray rollout worker's process (mirrors :data:`envhub.rollout.ray_backend.WORKER_INDEX_ENV`,
 #: kept here so that this module does not import the Ray backend).
 WORKER_INDEX_ENV = "ENVHUB_RAY_WORKER_INDEX"
 TASKS_PER_SPLIT = 32
@@ -110,8 +110,8 @@ def run_bench(out: Callable[[str], object] = print, *, episodes: int = 256, conc
               tool_calls: int = 4, tool_s: float = 0.1, ray_cpus: int = 2) -> dict[str, Any]:
     """Measure and print the figures; returns them by name. The Ray side starts a local cluster of
     ``ray_cpus`` CPUs (or joins ``RAY_ADDRESS``) and is skipped, and said so, without ray."""
-    from envhub.collect import EpisodeCollector
     from envhub.policies import GoldPolicy
+    from envhub.rollout.collect import EpisodeCollector
 
     kwargs = {"tool_s": tool_s, "tool_calls": tool_calls}
     probe = SleepyEnv(**kwargs)
@@ -146,7 +146,7 @@ def _ray_side(plans: list[Any], kwargs: dict[str, Any], concurrency: int, ideal:
     except ImportError:
         out("through Ray: skipped (ray is not installed: pip install 'envhub[ray]')")
         return {}
-    from envhub.ray_backend import PolicySpec, RayCollector, RayEnvSpec
+    from envhub.rollout.ray_backend import PolicySpec, RayCollector, RayEnvSpec
 
     started = not ray.is_initialized()
     if started:

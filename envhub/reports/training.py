@@ -7,8 +7,8 @@ What is read, and what each part of the report is computed from:
 - ``steps.jsonl``: one line per GRPO step; the curves over steps. Any statistic may be missing on
   a step (no update, no KL term, the bypass mismatch mode): a missing value is a gap, never a 0.
 - ``rollouts/step-N/trajectories*.jsonl``: the training episodes (one file per process), read
-  slim (:func:`envhub.report.slim`); the seed's numbers for training come from these, counted by
-  the same :func:`~envhub.report.summarize` as a rollout's. Only steps with a line in
+  slim (:func:`envhub.rollout.summary.slim`); the seed's numbers for training come from these, counted by
+  the same :func:`~envhub.rollout.summary.summarize` as a rollout's. Only steps with a line in
   ``steps.jsonl`` count: a step still being collected is left out and said so.
 - ``evals.jsonl`` and ``eval/TAG/``: the validation evals, each a rollout directory. Validation
   numbers come only from these and training numbers only from the two above: they are never mixed.
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envhub.report import slim, summarize
-from envhub.report_data import LOADERS, RunData, RunDirError, load_rollout
-from envhub.report_plots import PLOTS, new_figure, new_panels, outcome_mix, png
+from envhub.reports.data import LOADERS, RunData, RunDirError, load_rollout
+from envhub.reports.plots import PLOTS, new_figure, new_panels, outcome_mix, png
+from envhub.rollout.summary import slim, summarize
 from envhub.store import CorruptRecordError, read_jsonl
 from envhub.types import Outcome
 

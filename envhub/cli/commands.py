@@ -2,45 +2,106 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import click
 import typer
-from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-#: Command groups and commands that live beside the code they drive: name -> (module, attribute,
-#: one-line help). They are imported only when run (or asked for their own --help), so that
-#: ``envhub --help`` and the built-in commands never pay for their imports.
-SUBCOMMANDS = {
-    "new-env": ("envhub.scaffold", "new_env_command",
-                "Generate a task-family plugin package (entry point, task source, tools, verifier, suite)."),
-    "export": ("envhub.adapters.export", "export_command",
-               "Export a run's trajectories for an external trainer (veRL, slime, Miles, TRL, SkyRL, Parquet)."),
-    "tito": ("envhub.adapters.tito.cli", "tito_command",
-             "Serve a model as an OpenAI-compatible chat endpoint that records token-exact trajectories."),
-    "serve": ("envhub.server.cli", "serve_command",
-              "Serve ENV_ID over HTTP, WebSocket and MCP, compatible with OpenEnv's clients."),
-    "audit": ("envhub.adapters.audit", "audit_command",
-              "Token-fidelity audit of a run's trajectories; exits 1 if any trajectory has an error."),
-    "report": ("envhub.report_html", "report_command",
-               "Render a run as one self-contained HTML report, with its plots also written as PNG files."),
-    "profile": ("envhub.profile", "profile_command",
-                "pass@k per task (unbiased estimator); writes profile.json and curriculum.json."),
-    "train": ("envhub.trainer.cli", "train_command",
-              "Train a policy with the bundled trainer (SFT warm start and GRPO) from a YAML config."),
-    "verify": ("envhub.verifiers.cli", "verify_command",
-               "Run the env's verifier suite (gold, noop, attacks) or grade external submissions."),
-    "sandbox": ("envhub.sandboxes.cli", "app", "Sandbox images, health and cleanup."),
-    "bench": ("envhub.bench_commands", "bench_app",
-              "Performance benchmarks, each against a baseline measured in the same run."),
-    "models": ("envhub.adapters.engines.models", "models_app",
-               "Local models (converted once into the envhub cache)."),
+from envhub.cli.common import console, env_spec, err, fail, parse_kv
+
+
+def _new_env() -> Any:
+    from envhub.cli.scaffold import new_env_command
+
+    return new_env_command
+
+
+def _export() -> Any:
+    from envhub.adapters.export.cli import export_command
+
+    return export_command
+
+
+def _tito() -> Any:
+    from envhub.adapters.tito.cli import tito_command
+
+    return tito_command
+
+
+def _serve() -> Any:
+    from envhub.server.cli import serve_command
+
+    return serve_command
+
+
+def _audit() -> Any:
+    from envhub.adapters.audit import audit_command
+
+    return audit_command
+
+
+def _report() -> Any:
+    from envhub.reports.html import report_command
+
+    return report_command
+
+
+def _profile() -> Any:
+    from envhub.cli.profile import profile_command
+
+    return profile_command
+
+
+def _train() -> Any:
+    from envhub.trainer.cli import train_command
+
+    return train_command
+
+
+def _verify() -> Any:
+    from envhub.verifiers.cli import verify_command
+
+    return verify_command
+
+
+def _sandbox() -> Any:
+    from envhub.sandboxes.cli import app
+
+    return app
+
+
+def _bench() -> Any:
+    from envhub.cli.bench import bench_app
+
+    return bench_app
+
+
+def _models() -> Any:
+    from envhub.adapters.engines.models import models_app
+
+    return models_app
+
+
+#: Command groups and commands that live beside the code they drive: name -> (loader, one-line
+#: help). A loader imports its command only when it runs (or is asked for its own --help), so that
+#: ``envhub --help`` and the built-in commands never pay for those imports.
+SUBCOMMANDS: dict[str, tuple[Callable[[], Any], str]] = {
+    "new-env": (_new_env, "Generate a task-family plugin package (entry point, task source, tools, verifier, suite)."),
+    "export": (_export, "Export a run's trajectories for an external trainer (veRL, slime, Miles, TRL, SkyRL, Parquet)."),
+    "tito": (_tito, "Serve a model as an OpenAI-compatible chat endpoint that records token-exact trajectories."),
+    "serve": (_serve, "Serve ENV_ID over HTTP, WebSocket and MCP, compatible with OpenEnv's clients."),
+    "audit": (_audit, "Token-fidelity audit of a run's trajectories; exits 1 if any trajectory has an error."),
+    "report": (_report, "Render a run as one self-contained HTML report, with its plots also written as PNG files."),
+    "profile": (_profile, "pass@k per task (unbiased estimator); writes profile.json and curriculum.json."),
+    "train": (_train, "Train a policy with the bundled trainer (SFT warm start and GRPO) from a YAML config."),
+    "verify": (_verify, "Run the env's verifier suite (gold, noop, attacks) or grade external submissions."),
+    "sandbox": (_sandbox, "Sandbox images, health and cleanup."),
+    "bench": (_bench, "Performance benchmarks, each against a baseline measured in the same run."),
+    "models": (_models, "Local models (converted once into the envhub cache)."),
 }
 
 
@@ -55,7 +116,7 @@ class _LazyGroup(TyperGroup):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in SUBCOMMANDS and cmd_name not in self.commands:
             if self._listing:  # the group's own --help needs only the name and one line
-                return click.Command(cmd_name, help=SUBCOMMANDS[cmd_name][2])
+                return click.Command(cmd_name, help=SUBCOMMANDS[cmd_name][1])
             self.add_command(_load_subcommand(cmd_name), cmd_name)
         return super().get_command(ctx, cmd_name)
 
@@ -75,18 +136,16 @@ SUBCOMMAND_EXTRAS = {"export": "integrations", "tito": "serve", "serve": "serve"
 def _load_subcommand(name: str) -> click.Command:
     """The click command of a :data:`SUBCOMMANDS` entry; one whose optional dependency is missing
     becomes a command that says which extra to install and exits 2."""
-    import importlib
-
-    module, attr, help_text = SUBCOMMANDS[name]
+    load, help_text = SUBCOMMANDS[name]
     try:
-        sub = getattr(importlib.import_module(module), attr)
+        sub = load()
     except ImportError as exc:
         extra = SUBCOMMAND_EXTRAS.get(name)
         fix = f"pip install 'envhub[{extra}]'" if extra else "see the install section of README.md"
         why = f"`envhub {name}` needs an optional dependency that is not installed ({exc}); install it: {fix}"
 
         def missing() -> None:
-            raise _fail(why)
+            raise fail(why)
 
         return click.Command(name, callback=missing, help=help_text, context_settings={
             "ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []})
@@ -104,47 +163,11 @@ app = typer.Typer(cls=_LazyGroup, no_args_is_help=True, add_completion=False,
                   help="envhub: environments and rewards for agent RL")
 tasks_app = typer.Typer(no_args_is_help=True, help="task sets: export to other harnesses")
 app.add_typer(tasks_app, name="tasks")
-# Piped output (logs, CI, tests) gets a wide console so ids and paths are never wrapped.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    """Print ``message`` as an error (as it is: brackets such as ``envhub[serve]`` are no markup)."""
-    from rich.markup import escape
-
-    err.print(f"[bold red]error:[/] {escape(message)}")
-    return typer.Exit(code)
-
-
-def _parse_kv(pairs: list[str] | None) -> dict[str, Any]:
-    """``--env-arg key=value`` pairs; values are JSON when they parse, else strings."""
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise _fail(f"--env-arg expects key=value, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
-def _spec(env_id: str) -> Any:
-    from envhub.registry import UnknownEnvError, get_spec
-
-    try:
-        return get_spec(env_id)
-    except UnknownEnvError as exc:
-        raise _fail(str(exc)) from None
-
-
 @app.command("list")
 def list_cmd() -> None:
     """Registered envs, their task counts per split, and what sandbox they need."""
+    from envhub.cli.task_counts import task_counts
     from envhub.registry import list_envs
-    from envhub.task_counts import task_counts
 
     table = Table("env", "train", "validation", "test", "sandbox", "description")
     specs = list_envs()
@@ -182,31 +205,31 @@ def rollout(
     """Run episodes; resumable: rerunning with the same --out skips finished episodes."""
     from envhub.policies import make_policy
     from envhub.progress import EpisodeProgress, interrupted_message, progress_wanted
-    from envhub.report import render_table
-    from envhub.rollout import RolloutOutputError, run_rollouts
+    from envhub.rollout.runner import RolloutOutputError, run_rollouts
+    from envhub.rollout.summary import render_table
     from envhub.run_dir import Run
 
     _check_backend(backend, address, remote, metrics_port)
     env_factory = None
     if remote:  # the server's env and split are used; env_id names it in the records
-        from envhub.client import remote_env_factory
+        from envhub.server.client import remote_env_factory
 
         env_factory = remote_env_factory(remote, token)
     else:
-        _spec(env_id)
+        env_spec(env_id)
     try:
         pol = make_policy(policy) if backend == "local" else None  # a Ray backend makes it in its workers
     except (ValueError, ImportError) as exc:
-        raise _fail(str(exc)) from None
-    env_kwargs = {"sandbox": sandbox, **_parse_kv(env_arg)}
+        raise fail(str(exc)) from None
+    env_kwargs = {"sandbox": sandbox, **parse_kv(env_arg)}
     on_metrics, stop_metrics = None, None
     if metrics_port is not None:
         try:
-            from envhub.metrics import serve_rollout
+            from envhub.rollout.metrics import serve_rollout
 
             pol, on_metrics, stop_metrics = serve_rollout(env_id, pol, metrics_port, planned=episodes, echo=err.print)
         except (ImportError, ValueError, OSError) as exc:
-            raise _fail(f"--metrics-port: {exc}") from None
+            raise fail(f"--metrics-port: {exc}") from None
     collector = _ray_collector(env_id, policy, split, env_kwargs, concurrency, address) if backend == "ray" else None
     bar = EpisodeProgress(Run(out).trajectories_path, episodes, show=progress_wanted(progress))
     try:
@@ -221,11 +244,11 @@ def rollout(
         err.print(interrupted_message(Run(out).trajectories_path, episodes), markup=False, highlight=False)
         raise typer.Exit(130) from None
     except (ValueError, PermissionError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except RolloutOutputError as exc:  # a full disk under --out: what is on disk is kept and said
-        raise _fail(str(exc), code=1) from None
+        raise fail(str(exc), code=1) from None
     except OSError as exc:  # reading or opening the output failed (an I/O error)
-        raise _fail(f"{exc.filename or out}: {exc.strerror or exc}", code=1) from None
+        raise fail(f"{exc.filename or out}: {exc.strerror or exc}", code=1) from None
     finally:
         if stop_metrics is not None:
             stop_metrics()
@@ -242,25 +265,25 @@ def rollout(
 def _check_backend(backend: str, address: str | None, remote: str | None, metrics_port: str | None) -> None:
     """Exit 2 for a rollout backend that is not one, or options that do not go with it."""
     if backend not in ("local", "ray"):
-        raise _fail(f"unknown --backend {backend!r}; choose local or ray")
+        raise fail(f"unknown --backend {backend!r}; choose local or ray")
     if address is not None and backend != "ray":
-        raise _fail("--address is the Ray cluster of --backend ray")
+        raise fail("--address is the Ray cluster of --backend ray")
     if backend == "ray" and remote:
-        raise _fail("--remote drives a served env from this process; it does not combine with --backend ray")
+        raise fail("--remote drives a served env from this process; it does not combine with --backend ray")
     if backend == "ray" and metrics_port is not None:
-        raise _fail("--metrics-port counts the policy's requests in this process; not available with --backend ray")
+        raise fail("--metrics-port counts the policy's requests in this process; not available with --backend ray")
 
 
 def _ray_collector(env_id: str, policy: str, split: str, env_kwargs: dict[str, Any], concurrency: int,
                    address: str | None) -> Any:
-    """The rollout's :class:`~envhub.ray_backend.RayCollector`; exit 2 when it cannot start."""
-    from envhub.ray_backend import RayBackendError, RayCollector, RayEnvSpec
+    """The rollout's :class:`~envhub.rollout.ray_backend.RayCollector`; exit 2 when it cannot start."""
+    from envhub.rollout.ray_backend import RayBackendError, RayCollector, RayEnvSpec
 
     try:
         return RayCollector(RayEnvSpec(env_id, split=split, kwargs=env_kwargs), policy, concurrency=concurrency,
                             address=address)
     except (RayBackendError, ValueError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 def _chain(*callbacks: Callable[[Any], object] | None) -> Callable[[Any], None] | None:
@@ -290,26 +313,26 @@ def tasks_export(
     from envhub.registry import make
 
     if format not in ("harbor", "openenv"):
-        raise _fail(f"unknown task format {format!r}; supported: harbor, openenv")
-    _spec(env_id)
+        raise fail(f"unknown task format {format!r}; supported: harbor, openenv")
+    env_spec(env_id)
     if format == "openenv":
         from envhub.server.openenv_package import OpenEnvExportError, export_openenv_package
 
         if limit:
-            raise _fail("--limit does not apply to --format openenv: the package serves the whole split")
+            raise fail("--limit does not apply to --format openenv: the package serves the whole split")
         try:
             export_openenv_package(env_id, dest, split=split, base_image=base_image, echo=console.print)
         except OpenEnvExportError as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         return
     env = make(env_id, split=split)
     exporter = getattr(env, "export_harbor", None)
     if exporter is None:
-        raise _fail(f"{env_id} does not support Harbor export")
+        raise fail(f"{env_id} does not support Harbor export")
     if base_image is None:
-        from envhub.sandbox_door import sandbox_part
+        from envhub.sandboxes.images import base_image_tag
 
-        base_image = str(sandbox_part("base_image_tag")())
+        base_image = str(base_image_tag())
     ids = list(env.tasks.task_ids(split))
     ids = ids[:limit] if limit else ids
     written = exporter(ids, dest, base_image=base_image)
@@ -320,9 +343,9 @@ def main() -> None:
     # Installed here, on the main thread, before any command runs: rollout, verify and serve start
     # their sandboxes on worker threads, which cannot install signal handlers, so without this a
     # SIGTERM or Ctrl-C would leave containers and scratch dirs behind.
-    from envhub.sandbox_door import sandbox_part
+    from envhub.sandboxes.cleanup import install_signal_handlers
 
-    sandbox_part("install_signal_handlers")()
+    install_signal_handlers()
 
     app()
 

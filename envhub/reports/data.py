@@ -2,7 +2,7 @@
 
 A run directory is recognised by its files: ``trajectories.jsonl`` (plus ``run.json`` and
 ``report.json``) is a *rollout*; ``steps.jsonl`` with ``config.json`` is a *training run*
-(:mod:`envhub.report_training`). :func:`load_run` returns a :class:`RunData` whose ``kind`` picks
+(:mod:`envhub.reports.training`). :func:`load_run` returns a :class:`RunData` whose ``kind`` picks
 the sections and plots the HTML report renders; each other kind's module (:data:`KIND_MODULES`)
 registers its loader, plots and sections when imported, without touching the rollout ones.
 
@@ -13,22 +13,19 @@ successes: the failed attempts are what a success cost too.
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envhub.report import summarize
+from envhub.rollout.summary import summarize
 from envhub.run_dir import IDENTITY, REPORT, TRAJECTORIES, Run, RunFileError
 from envhub.store import CorruptRecordError
 from envhub.types import Outcome, OutcomeClass
 
 #: Loaders by run kind, tried in order; each returns None when the directory is not of its kind.
 LOADERS: list[Callable[[Path], RunData | None]] = []
-#: Modules that register the other run kinds (loader, plots, sections); imported by :func:`load_run`.
-KIND_MODULES = ("envhub.report_training_html",)
 
 
 class RunDirError(ValueError):
@@ -145,8 +142,8 @@ def load_run(run_dir: str | Path) -> RunData:
     path = Path(run_dir)
     if not path.is_dir():
         raise RunDirError(f"{path} is not a directory")
-    for module in KIND_MODULES:
-        importlib.import_module(module)
+    import envhub.reports.training_html  # noqa: F401  (registers the training-run kind: loader, plots, sections)
+
     for loader in LOADERS:
         data = loader(path)
         if data is not None:

@@ -5,7 +5,7 @@ echoes its argument -- so the difference measured is the serving stack, not the 
 side wraps the very same class in an ``openenv`` ``Environment`` and serves it with
 ``openenv.core.env_server.create_app`` launched the way OpenEnv's templates do
 (``uvicorn.run(app, host, port)``). Each server runs in its own process; the load generator is
-the lean client of :mod:`envhub.server.loadgen`, identical for both, in this process. Rounds
+the lean client of :mod:`envhub.server.bench.loadgen`, identical for both, in this process. Rounds
 alternate between the servers (A B A B ...) so that background load on a shared machine hits
 both alike; steps/s is the median over rounds, latency percentiles are over all steps.
 
@@ -14,7 +14,7 @@ share; the server's own CPU time per step (all its threads, from ``/proc``) is r
 it, because it is what bounds throughput when the server is the bottleneck and it barely moves
 when the machine is busy with other work.
 
-``python -m envhub.server.bench`` runs it; ``run_bench(out=print)`` returns the figures.
+``python -m envhub.server.bench.serving`` runs it; ``run_bench(out=print)`` returns the figures.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _server(which: str) -> Iterator[tuple[int, int]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "envhub.server.bench", "--serve", which, str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "envhub.server.bench.serving", "--serve", which, str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -212,7 +212,7 @@ def _process_cpu_s(pid: int) -> float:
 
 
 async def _one_round(port: int, sessions: int, steps: int, pid: int = 0) -> Round:
-    from envhub.server.loadgen import open_ws
+    from envhub.server.bench.loadgen import open_ws
 
     sockets = [await open_ws("127.0.0.1", port) for _ in range(sessions)]
     for ws in sockets:

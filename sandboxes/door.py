@@ -1,46 +1,29 @@
 """An env's one door to a sandbox: where its agent and grading sandboxes come from and go back to.
 
-Core imports no other part of envhub (DESIGN.md), so it reaches the sandboxes through
-:data:`SANDBOXES`, a table of ``"module:attr"`` names resolved with importlib on first use;
-``envhub.sandboxes.create_sandbox`` is the only way a sandbox is made. An episode's sandbox is
-released on a background thread when the episode ends (its reset or teardown must not hold up
-the final step); the next ``reset`` and ``close`` wait for it.
+:func:`envhub.sandboxes.create_sandbox` is the only way a sandbox is made, and this door is the
+only place an env calls it. An episode's sandbox is released on a background thread when the
+episode ends (its reset or teardown must not hold up the final step); the next ``reset`` and
+``close`` wait for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from envhub.errors import InfraError
+from envhub.sandboxes.base import SandboxSpec
+from envhub.sandboxes.factory import create_sandbox
+from envhub.sandboxes.selection import requested_backend
 
 if TYPE_CHECKING:
-    from envhub.sandboxes.base import Limits, Sandbox, SandboxSpec
+    from envhub.sandboxes.base import Limits, Sandbox
     from envhub.types import EpisodeMetrics
-
-#: What core uses of the sandboxes, by name: ``"module:attr"``.
-SANDBOXES: dict[str, str] = {
-    "create_sandbox": "envhub.sandboxes:create_sandbox",
-    "requested_backend": "envhub.sandboxes:requested_backend",
-    "SandboxSpec": "envhub.sandboxes:SandboxSpec",
-    "base_image_tag": "envhub.sandboxes.images:base_image_tag",
-    "docker_client": "envhub.sandboxes.dockerapi:docker_client",
-    "local_image": "envhub.sandboxes.dockerapi:local_image",
-    "install_signal_handlers": "envhub.sandboxes.cleanup:install_signal_handlers",
-}
-
-
-def sandbox_part(name: str) -> Any:
-    """The object :data:`SANDBOXES` names ``name``, imported on first use (KeyError for no such name)."""
-    module, _, attr = SANDBOXES[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
-
 
 _RELEASER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="envhub-sandbox-release")
 
@@ -81,7 +64,7 @@ class SandboxDoor:
     """
 
     def __init__(self, needs: SandboxNeeds, *, backend: str = "auto", pool: int = 8) -> None:
-        sandbox_part("requested_backend")(backend)  # an unknown name fails here, not in every episode
+        requested_backend(backend)  # an unknown name fails here, not in every episode
         if isinstance(pool, bool) or not isinstance(pool, int) or pool < 0:
             raise TypeError(f"sandbox_pool must be a non-negative integer, got {pool!r}")
         self.needs = needs
@@ -93,13 +76,13 @@ class SandboxDoor:
         """A pristine sandbox for ``role`` ("agent" or "grading"): a reset one from the warm pool of
         that role, or a cold one; never one that another role used. InfraError when none starts."""
         needs = self.needs
-        agent_spec = needs.sandbox_spec or sandbox_part("SandboxSpec")()
+        agent_spec = needs.sandbox_spec or SandboxSpec()
         spec = dataclasses.replace(agent_spec, role=role)
         if role == "grading":
             spec = dataclasses.replace(spec, preload=needs.grading_preload,
                                        limits=needs.grading_limits or agent_spec.limits)
         try:
-            return sandbox_part("create_sandbox")(self.backend, spec, pool=self.pool, isolate=needs.needs_isolation)
+            return create_sandbox(self.backend, spec, pool=self.pool, isolate=needs.needs_isolation)
         except Exception as exc:
             who = needs.env_id or type(needs).__name__
             raise InfraError(f"{who} could not start a sandbox: {exc}") from exc

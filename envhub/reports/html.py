@@ -5,7 +5,7 @@ The HTML has no script, no external asset and no network reference: styles are i
 escaping could not run or fetch. Tables are plain HTML; transcripts open with ``<details>``.
 
 Sections are registered per run kind (:data:`SECTIONS`); a training run registers its own list
-(:mod:`envhub.report_training_html`), reusing the helpers here (:func:`html_table`, :func:`img`,
+(:mod:`envhub.reports.training_html`), reusing the helpers here (:func:`html_table`, :func:`img`,
 :func:`seed_rows`).
 Files are written atomically: the PNGs first, then the HTML that shows them.
 """
@@ -20,9 +20,9 @@ from typing import Annotated, Any
 
 import typer
 
-from envhub.report_data import Group, RunData, RunDirError, load_run
-from envhub.report_plots import draw
-from envhub.report_transcript import esc, transcript
+from envhub.reports.data import Group, RunData, RunDirError, load_run
+from envhub.reports.plots import draw
+from envhub.reports.transcript import esc, transcript
 from envhub.store import atomic_path, write_text_atomic
 from envhub.types import Outcome, OutcomeClass
 

@@ -1,4 +1,4 @@
-"""The sections of a training run's HTML report (the data and plots: :mod:`envhub.report_training`).
+"""The sections of a training run's HTML report (the data and plots: :mod:`envhub.reports.training`).
 
 Every section is a plot and a plain HTML table of the numbers behind it, readable without
 JavaScript. Per-step tables show every step up to :data:`MAX_STEP_ROWS` and an even sample of a
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from envhub.report_html import html_table, img, section, seed_rows, seed_table
-from envhub.report_training import HEALTH, TIME_PARTS, TrainingData, stat
-from envhub.report_transcript import esc, transcript
+from envhub.reports.html import html_table, img, section, seed_rows, seed_table
+from envhub.reports.training import HEALTH, TIME_PARTS, TrainingData, stat
+from envhub.reports.transcript import esc, transcript
 from envhub.types import Outcome, OutcomeClass
 
 MAX_STEP_ROWS = 60

@@ -1,7 +1,7 @@
-"""The rollout runner: plan episodes, run them on an :class:`~envhub.collect.EpisodeCollector`,
+"""The rollout runner: plan episodes, run them on an :class:`~envhub.rollout.collect.EpisodeCollector`,
 store their records in a run directory (:class:`~envhub.run_dir.Run`), report. The collector
 is in process by default; another with the same interface (:class:`RolloutCollector`, e.g.
-:class:`envhub.ray_backend.RayCollector`) can be passed instead.
+:class:`envhub.rollout.ray_backend.RayCollector`) can be passed instead.
 
 Episode ids are derived from (env, seed, group, task, sample), so a rerun with the same
 arguments plans the same ids and skips every episode already on disk. An exception inside one
@@ -10,7 +10,7 @@ Output that cannot be written (a full disk) does: the records on disk stay whole
 covers them, and :class:`RolloutOutputError` says so. Ctrl-C stops the run: what finished is on
 disk, the episodes in flight end at once and are not kept.
 
-``EpisodePlan``, ``plan_episodes`` and ``run_episode`` live in :mod:`envhub.episodes`; they are
+``EpisodePlan``, ``plan_episodes`` and ``run_episode`` live in :mod:`envhub.rollout.episodes`; they are
 importable from here too.
 """
 
@@ -25,9 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from envhub.collect import EpisodeCollector, check_concurrency, ctrl_c_requests_stop, end_episodes_in_flight
 from envhub.env import Env
-from envhub.episodes import (
+from envhub.policies import Policy
+from envhub.registry import make
+from envhub.rollout.collect import (
+    EpisodeCollector,
+    check_concurrency,
+    ctrl_c_requests_stop,
+    end_episodes_in_flight,
+)
+from envhub.rollout.episodes import (
     EpisodePlan,
     crash_detail,
     describe_policy,
@@ -35,9 +42,7 @@ from envhub.episodes import (
     plan_episodes,
     run_episode,
 )
-from envhub.policies import Policy
-from envhub.registry import make
-from envhub.report import summarize
+from envhub.rollout.summary import summarize
 from envhub.run_dir import Run
 from envhub.store import StoreWriteError
 from envhub.types import TrajectoryRecord
@@ -51,7 +56,7 @@ class RolloutResult:
 
 
 class RolloutCollector(Protocol):
-    """What runs the episodes of :func:`run_rollouts`: :class:`~envhub.collect.EpisodeCollector`'s
+    """What runs the episodes of :func:`run_rollouts`: :class:`~envhub.rollout.collect.EpisodeCollector`'s
     interface. ``run`` yields one record per plan in completion order and never raises for an
     episode's failure; ``close`` is idempotent. A collector may also have ``report_fields() ->
     dict``, whose items :func:`run_rollouts` adds to report.json."""
@@ -98,7 +103,7 @@ def run_rollouts(
     report.json covers them (marked ``incomplete``) and :class:`RolloutOutputError` is raised.
 
     ``collector`` runs the episodes instead of an in-process
-    :class:`~envhub.collect.EpisodeCollector` (``policy`` may then be None: the collector's
+    :class:`~envhub.rollout.collect.EpisodeCollector` (``policy`` may then be None: the collector's
     ``policy_info`` describes it); it is closed when the run ends, however it ends. The planned
     episodes come from ``env_factory`` (or ``env_id``, ``split``, ``env_kwargs``) here as always.
     """

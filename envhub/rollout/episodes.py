@@ -7,7 +7,7 @@ engine error), which becomes an infrastructure outcome with the traceback. Each 
 (token ids, logprobs, finish reason, weight version, the policy's time) rides with the action
 into the env's :class:`~envhub.types.Turn`, so the record is built from the env's episode alone,
 plus the agent's token view (and per turn the ids it appended for the env's reply). Many
-episodes run through :mod:`envhub.collect`.
+episodes run through :mod:`envhub.rollout.collect`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import envhub
+from envhub._version import __version__
 from envhub.env import Env
 from envhub.errors import ContextOverflowError, EngineError
 from envhub.policies import Policy
@@ -148,7 +148,7 @@ def infra_record(plan: EpisodePlan, policy_info: dict[str, Any], detail: str, *,
     record = TrajectoryRecord(
         episode_id=plan.episode_id, task_id=plan.task_id, env_id=env_id,
         group_id=plan.group_id, sample_index=plan.sample_index, policy=str(policy_info.get("policy", "")),
-        versions=versions or Versions(envhub=envhub.__version__, env=env_id), outcome=Outcome.ENV_ERROR,
+        versions=versions or Versions(envhub=__version__, env=env_id), outcome=Outcome.ENV_ERROR,
         verdict=Verdict(reward=0.0, outcome=Outcome.ENV_ERROR, detail=detail), outcome_detail=detail,
     )
     record.metrics.wall_seconds = wall
@@ -163,7 +163,7 @@ def env_versions(env: Env, policy_info: dict[str, Any], weight_versions: list[st
     except Exception:
         task_set = ""
     return Versions(
-        envhub=envhub.__version__, env=f"{env.env_id}@{env.version}", task_set=task_set,
+        envhub=__version__, env=f"{env.env_id}@{env.version}", task_set=task_set,
         sandbox_image=sandbox_image, model=policy_info.get("model"),
         tokenizer=policy_info.get("tokenizer"), chat_template_hash=policy_info.get("chat_template_hash"),
         weight_versions=weight_versions,

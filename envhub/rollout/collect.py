@@ -2,7 +2,7 @@
 
 :class:`EnvWorkers` is the one per-thread env pool: worker threads that each make an env on first
 use and keep it as long as the pool lives; closing the pool closes every env it made, however the
-work ended. :class:`EpisodeCollector` runs planned episodes (:mod:`envhub.episodes`) on it: for
+work ended. :class:`EpisodeCollector` runs planned episodes (:mod:`envhub.rollout.episodes`) on it: for
 ``run_rollouts`` and the trainer. The verifier suite and ``grade_submissions`` run their scripted
 plays on it.
 """
@@ -10,18 +10,17 @@ plays on it.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import queue
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from envhub.env import Env
-from envhub.episodes import (
+from envhub.policies import Policy
+from envhub.rollout.episodes import (
     EpisodePlan,
     crash_detail,
     describe_policy,
@@ -30,7 +29,7 @@ from envhub.episodes import (
     plan_episodes,
     run_episode,
 )
-from envhub.policies import Policy
+from envhub.sandboxes.cleanup import close_all_bounded
 from envhub.types import TrajectoryRecord
 
 log = logging.getLogger(__name__)
@@ -279,22 +278,13 @@ def collect(plans: Sequence[EpisodePlan], env_factory: Callable[[], Env], policy
 
 # ---- interrupting a run -----------------------------------------------------------------------
 
-#: What ends the episodes in flight at once when a run is interrupted: ``"module:function"``
-#: names, each called only when its module is already loaded (a process that never made a
-#: sandbox has none to close). Other parts may add theirs.
-INTERRUPT_HOOKS: list[str] = ["envhub.sandboxes.cleanup:close_all_bounded"]
-
-
 def end_episodes_in_flight() -> None:
-    """Call the loaded :data:`INTERRUPT_HOOKS` (for an interrupted run: its episodes in flight end
-    now, e.g. their sandboxes are closed, and are not kept)."""
-    for name in INTERRUPT_HOOKS:
-        module_name, _, func = name.partition(":")
-        if module_name in sys.modules:
-            try:
-                getattr(importlib.import_module(module_name), func)()
-            except Exception as exc:
-                log.warning("interrupt hook %s failed: %r", name, exc)
+    """For an interrupted run: its episodes in flight end now (their sandboxes are closed, within
+    the bounded time a signal handler allows) and are not kept."""
+    try:
+        close_all_bounded()
+    except Exception as exc:
+        log.warning("closing the sandboxes of an interrupted run failed: %r", exc)
 
 
 @contextlib.contextmanager

@@ -1,11 +1,11 @@
 """Rollouts on a Ray cluster: :class:`RayCollector`, the same interface as
-:class:`~envhub.collect.EpisodeCollector` (``run(plans, stop=, abandon=)`` yields one record per
+:class:`~envhub.rollout.collect.EpisodeCollector` (``run(plans, stop=, abandon=)`` yields one record per
 plan in completion order; ``close``; ``policy_info``), with rollout workers as Ray actors.
 
 Each worker is a threaded actor that owns up to ``slots`` envs -- and so their sandboxes -- on its
 node, made there from a picklable :class:`RayEnvSpec`; its policy is made there too, from a
 :class:`PolicySpec` (``gold``, ``hf:PATH``, ``sglang:URL``, ...: :func:`envhub.policies.make_policy`).
-Inside, a worker runs its episodes on an :class:`~envhub.collect.EpisodeCollector`, so an episode
+Inside, a worker runs its episodes on an :class:`~envhub.rollout.collect.EpisodeCollector`, so an episode
 ends exactly as it would in process. Records stream back as they finish (``ray.wait``).
 
 Supervision is ours (``ray.util.ActorPool`` never replaces a dead actor). A worker that dies is
@@ -34,11 +34,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envhub.collect import EpisodeCollector, check_concurrency, end_episodes_in_flight
 from envhub.env import Env
-from envhub.episodes import EpisodePlan, infra_record
 from envhub.policies import Policy, make_policy
 from envhub.registry import make
+from envhub.rollout.collect import EpisodeCollector, check_concurrency, end_episodes_in_flight
+from envhub.rollout.episodes import EpisodePlan, infra_record
 from envhub.types import TrajectoryRecord
 
 #: Set in each rollout worker's process to its index (for logs and fault injection in tests).
@@ -89,7 +89,7 @@ class PolicySpec:
 
 class RolloutWorker:
     """The actor (``ray.remote`` is applied by :class:`RayCollector`): ``slots`` envs on threads of
-    one :class:`~envhub.collect.EpisodeCollector`, made on first use. Ray restarts it with the same
+    one :class:`~envhub.rollout.collect.EpisodeCollector`, made on first use. Ray restarts it with the same
     arguments after a crash; everything it holds is made again lazily."""
 
     def __init__(self, env: RayEnvSpec, policy: PolicySpec, index: int, slots: int) -> None:
@@ -417,7 +417,7 @@ class RayCollector:
         return {w.index: w.pid for w in self.workers}
 
     def report_fields(self) -> dict[str, Any]:
-        """What :func:`envhub.rollout.run_rollouts` adds to ``report.json``."""
+        """What :func:`envhub.rollout.runner.run_rollouts` adds to ``report.json``."""
         return {"backend": "ray", "ray": self.stats()}
 
     def close(self) -> None:

@@ -5,7 +5,7 @@ parts that must agree (an ``envhub.envs`` entry point, a ``register_envs`` that 
 id, a task source with disjoint splits, terminal tool, verifier, gold solution and attacks). A
 package that is correct out of the box -- ``envhub verify`` exits 0 right after ``pip install``
 -- is the fastest way to a working family, and every later edit can be checked against that
-green baseline. The templates live in ``envhub/templates/new_env`` and use ``string.Template``
+green baseline. The templates live in ``envhub/cli/templates/new_env`` and use ``string.Template``
 placeholders (``${package}``), which never collide with Python's braces.
 
 See docs/new-env.md for the walk-through.
@@ -83,7 +83,7 @@ def create_plugin(name: str, directory: Path | str = ".", *, namespace: str = DE
     if root.exists() and any(root.iterdir()) and not force:
         raise FileExistsError(f"{root} exists and is not empty (use --force to overwrite the template files)")
     values = {k: getattr(names, k) for k in ("name", "slug", "class_name", "package", "dist_name", "env_id")}
-    templates = files("envhub") / "templates" / "new_env"
+    templates = files("envhub.cli") / "templates" / "new_env"
     scaffold = Scaffold(root=root, names=names)
     for template, target in LAYOUT.items():
         path = root / target.format(package=names.package, slug=names.slug)

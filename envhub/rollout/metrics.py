@@ -5,14 +5,12 @@ and, for sandbox pools, ``backend``. Never an episode id, a task id or any text 
 
 ``envhub rollout --metrics-port PORT`` builds a :class:`RolloutMetrics`, wraps the policy (an
 episode is *in flight* from the policy's ``start`` until its record is kept) and passes
-:meth:`RolloutMetrics.on_episode` as the runner's ``on_episode`` callback. Collectors that belong to
-other parts (the sandbox pools) are named in :data:`COLLECTORS` and loaded by name, so core
-imports none of them.
+:meth:`RolloutMetrics.on_episode` as the runner's ``on_episode`` callback. The sandbox pools' series
+come from :class:`envhub.sandboxes.pool_metrics.PoolCollector`.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
 from collections.abc import Callable
@@ -27,13 +25,11 @@ from prometheus_client import (
     start_http_server,
 )
 
+from envhub.sandboxes.pool_metrics import PoolCollector
 from envhub.types import Outcome, OutcomeClass
 
 # ``*_created`` series double every counter's series and no envhub dashboard reads them.
 disable_created_metrics()
-
-#: Collectors owned by other parts: "module:factory"; factory() -> a prometheus_client Collector.
-COLLECTORS = ["envhub.sandboxes.pool_metrics:PoolCollector"]
 
 EPISODE_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -70,8 +66,7 @@ class RolloutMetrics:
         self._lock = threading.Lock()
         self._t0 = time.monotonic()
         self._started = self._finished = self._successes = self._infra = self._sampled = 0
-        for collector in _load_collectors():
-            r.register(collector)
+        r.register(PoolCollector())
 
     def policy(self, policy: Any) -> Any:
         """``policy`` with episode starts counted; its name and describe() are the same."""
@@ -138,17 +133,6 @@ def parse_address(address: str) -> tuple[str, int]:
     if not port.isdigit() or not 0 <= int(port) <= 65535 or (sep and not host):
         raise ValueError(f"a metrics address is PORT or HOST:PORT (port 0-65535), not {address!r}")
     return host, int(port)
-
-
-def _load_collectors() -> list[Any]:
-    out = []
-    for target in COLLECTORS:
-        module, _, factory = target.partition(":")
-        try:
-            out.append(getattr(importlib.import_module(module), factory)())
-        except ImportError:  # that part is not installed: its series are absent, the rest still serve
-            continue
-    return out
 
 
 def serve_rollout(env_id: str, policy: Any, address: str, *, planned: int,

@@ -1,5 +1,5 @@
 """The one door to a sandbox: ``create_sandbox`` (pool sizes, isolation) and an env's
-:class:`~envhub.sandbox_door.SandboxDoor`, which reaches it by name only. Process backend: no
+:class:`~envhub.sandboxes.door.SandboxDoor`, the only caller of it. Process backend: no
 Docker or bubblewrap needed."""
 
 from __future__ import annotations
@@ -8,19 +8,12 @@ import pytest
 
 import envhub
 from envhub.errors import InfraError
-from envhub.sandbox_door import SANDBOXES, SandboxDoor, sandbox_part
 from envhub.sandboxes import PooledSandbox, SandboxError, create_sandbox, selection
 from envhub.sandboxes.base import Limits
+from envhub.sandboxes.door import SandboxDoor
 from envhub.tasks.computation.env import ComputationEnv
 
 pytestmark = pytest.mark.filterwarnings("ignore:envhub is using the 'process' sandbox backend")
-
-
-def test_every_name_core_uses_of_the_sandboxes_resolves():
-    for name in SANDBOXES:
-        assert callable(sandbox_part(name)), name
-    with pytest.raises(KeyError):
-        sandbox_part("no_such_part")
 
 
 def test_pool_zero_is_a_cold_sandbox_of_its_own_and_bad_sizes_fail(monkeypatch):

@@ -1,6 +1,6 @@
 """The report's plots, drawn with matplotlib's Agg canvas (no display, no pyplot global state).
 
-Each plotter takes a :class:`~envhub.report_data.RunData` and returns PNG bytes, or None when it
+Each plotter takes a :class:`~envhub.reports.data.RunData` and returns PNG bytes, or None when it
 has nothing to show (no profile.json: no difficulty histogram). :data:`PLOTS` lists them by run
 kind; the HTML report inlines the same bytes that are written beside it as PNG files.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
-from envhub.report_data import Group, RunData
+from envhub.reports.data import Group, RunData
 from envhub.types import Outcome, OutcomeClass
 
 CLASS_COLORS = {

@@ -1,0 +1,3 @@
+from envhub.cli.commands import main
+
+main()
