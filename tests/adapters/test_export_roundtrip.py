@@ -15,7 +15,6 @@ import typer
 from token_runs import shared_token_run
 from typer.testing import CliRunner
 
-from envhub.adapters.export.cli import export_command
 from envhub.adapters.export import (
     FORMATS,
     ROUND_TRIP_FIELDS,
@@ -23,6 +22,7 @@ from envhub.adapters.export import (
     load_records,
     read_export,
 )
+from envhub.adapters.export.cli import export_command
 from envhub.types import OutcomeClass
 
 
