@@ -32,7 +32,7 @@ from envhub.adapters.token_record import TokenRecord
 from envhub.env import Env
 from envhub.errors import ContextOverflowError, EngineError
 from envhub.policies import PolicyOutput
-from envhub.types import Observation, TokenView
+from envhub.types import Observation, Sample, TokenView
 
 DEFAULT_SAMPLING = SamplingParams(max_new_tokens=256, temperature=1.0)
 
@@ -44,7 +44,6 @@ class ModelAgent:
         self.policy = policy
         self.seed = seed
         self.record = TokenRecord(policy.encode(policy.render_prompt(observation)))
-        self._observation_ids: list[list[int]] = []
         self._turns = 0
         self._closed = True  # nothing sampled yet: no end token owed
 
@@ -57,6 +56,8 @@ class ModelAgent:
         return self.record.length
 
     def act(self, observation: Observation) -> PolicyOutput:
+        """The next turn; the ids appended for ``observation`` (the env's reply to the previous
+        turn) come back as its ``observation_ids`` (see :class:`~envhub.policies.Agent`)."""
         policy, record = self.policy, self.record
         params = policy.params
         reply = policy.encode(policy.format.observation_text(observation.messages, closed=self._closed)) \
@@ -76,38 +77,27 @@ class ModelAgent:
         before_reply = len(record.response_ids)
         if self._turns:
             record.append_observation(reply)
-            self._observation_ids[-1] = reply
         if params.seed is None and params.temperature > 0:
             params = params.with_(seed=(self.seed * 1_000_003 + self._turns) % (1 << 63))
         try:
             result = policy.engine.generate(record.ids(), params)
             record.check_result(result)
         except (EngineError, ContextOverflowError):
-            self._rollback_reply(before_reply)  # the record ends with the last sampled turn
+            record.truncate(before_reply)  # the record ends with the last sampled turn
             raise
         except Exception as exc:  # an engine that breaks in any other way is still the engine
-            self._rollback_reply(before_reply)
+            record.truncate(before_reply)
             raise EngineError(f"{policy.engine.name} engine failed: {exc!r}") from exc
         record.append_sampled(result.token_ids, result.logprobs)
-        self._observation_ids.append([])
         self._turns += 1
         self._closed = bool(result.token_ids) and result.token_ids[-1] == policy.end_id
-        return PolicyOutput(
-            text=policy.decode(result.token_ids), token_ids=list(result.token_ids),
-            logprobs=list(result.logprobs), finish_reason=result.finish_reason,
-            weight_version=result.weight_version or policy.engine.weight_version,
-        )
-
-    def _rollback_reply(self, response_length: int) -> None:
-        self.record.truncate(response_length)
-        if self._observation_ids:
-            self._observation_ids[-1] = []
+        sample = Sample(token_ids=list(result.token_ids), logprobs=list(result.logprobs),
+                        finish_reason=result.finish_reason,
+                        weight_version=result.weight_version or policy.engine.weight_version)
+        return PolicyOutput(text=policy.decode(result.token_ids), sample=sample, observation_ids=list(reply))
 
     def token_view(self) -> TokenView:
         return self.record.token_view()
-
-    def observation_ids(self) -> list[list[int]]:
-        return [list(ids) for ids in self._observation_ids]
 
 
 class ModelPolicy:

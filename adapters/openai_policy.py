@@ -7,12 +7,13 @@ client-side message list and only ever *appends* to it (the server's replies unc
 env's new messages), so a session server never sees a rewritten history.
 
 With a TITO server (``tito=True``) each episode gets its own session; the sampled text and token
-ids come back in the response's ``envhub`` field and the full masked token view from
-``/sessions/{id}/trajectory``, so ``run_rollouts`` records token-exact trajectories. The policy's
-``describe()`` records the server's tokenizer and chat-template hash (from ``GET /info``), so
-``envhub audit`` can decode the run. Reading the token view at the episode's end closes the
-session (``DELETE /sessions/{id}``); ``close()`` deletes any session still open. Against other
-servers the record has the actions as text only (no token view).
+ids come back in the response's ``envhub`` field (with ``observation_ids``: the ids the server
+appended for the env's reply the request carried, handed over with the turn's output) and the full
+masked token view from ``/sessions/{id}/trajectory``, so ``run_rollouts`` records token-exact
+trajectories. The policy's ``describe()`` records the server's tokenizer and chat-template hash
+(from ``GET /info``), so ``envhub audit`` can decode the run. Reading the token view at the
+episode's end closes the session (``DELETE /sessions/{id}``); ``close()`` deletes any session
+still open. Against other servers the record has the actions as text only (no token view).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from envhub.env import Env
 from envhub.errors import EngineError
 from envhub.parsing import format_tool_call
 from envhub.policies import PolicyOutput
-from envhub.types import Message, Observation, TokenView, ToolSpec
+from envhub.types import Message, Observation, Sample, TokenView, ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -115,13 +116,13 @@ class OpenAIChatAgent:
         self._pending_call_ids = [c["id"] for c in message.get("tool_calls") or [] if c.get("id")]
         extra = body.get("envhub") or {}
         finish = {"tool_calls": "stop"}.get(choice.get("finish_reason"), choice.get("finish_reason"))
-        return PolicyOutput(
-            text=extra.get("text", action_text(message)),
-            token_ids=list(extra.get("token_ids", [])),
-            logprobs=list(extra.get("logprobs", [])),
-            finish_reason=finish,
-            weight_version=extra.get("weight_version"),
-        )
+        sample = Sample(token_ids=list(extra.get("token_ids", [])), logprobs=list(extra.get("logprobs", [])),
+                        finish_reason=finish, weight_version=extra.get("weight_version"))
+        # the ids the session appended for the observation: only from an undiverged session, whose
+        # record is the one token_view() reads
+        trusted = self.session_url is not None and not extra.get("divergences")
+        return PolicyOutput(text=extra.get("text", action_text(message)), sample=sample,
+                            observation_ids=list(extra.get("observation_ids", [])) if trusted else [])
 
     def _trajectory(self) -> dict[str, Any] | None:
         """The session's record, or None when there is none to trust (no session, the server is
@@ -154,19 +155,6 @@ class OpenAIChatAgent:
             return None
         return TokenView(prompt_ids=traj["prompt_ids"], response_ids=traj["response_ids"],
                          response_mask=traj["response_mask"], response_logprobs=traj["response_logprobs"])
-
-    def observation_ids(self) -> list[list[int]]:
-        traj = self._trajectory()
-        if traj is None or not traj["segments"]:
-            return []
-        seg = traj["segments"][-1]
-        turns = seg["turns"]
-        out = []
-        for i, turn in enumerate(turns):
-            start = turn["start"] + len(turn["token_ids"])
-            end = turns[i + 1]["start"] if i + 1 < len(turns) else len(seg["response_ids"])
-            out.append(seg["response_ids"][start:end])
-        return out
 
 
 class OpenAIChatPolicy:

@@ -81,6 +81,8 @@ class Episode:
 
     task: Task
     tools: list[ToolSpec]
+    #: the limits this episode runs under: ``Env.episode_budget(task)`` at ``reset``
+    budget: Budget = field(default_factory=Budget)
     messages: list[Message] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     tool_calls: int = 0
@@ -129,6 +131,8 @@ class Env:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
         self.split = split
+        #: the limits asked for (``budget``, else ``default_budget``); an episode runs under
+        #: ``episode.budget``, which ``episode_budget`` derives from this
         self.budget: Budget = check_budget(budget, self.default_budget)
         if isinstance(parser, str) and parser not in PARSERS:
             raise ValueError(f"unknown tool-call parser {parser!r}; choose one of {', '.join(PARSERS)}")
@@ -173,6 +177,11 @@ class Env:
 
     def setup_episode(self, episode: Episode) -> None:
         """Prepare per-episode resources (files in the sandbox, ...). Runs at reset."""
+
+    def episode_budget(self, task: Task) -> Budget:
+        """The limits an episode of ``task`` runs under (kept on ``episode.budget``): ``self.budget``,
+        unless a family sizes its budgets per task (without mutating ``self.budget``)."""
+        return self.budget
 
     def adversarial_cases(self) -> list[SuiteCase]:
         """The family's own verifier-suite cases (see ``envhub verify``): reward hacks its verifier
@@ -268,7 +277,7 @@ class Env:
                 raise ValueError(f"{self.env_id} has no tasks in split {self.split!r}")
             task_id = ids[self._rng.randrange(len(ids))]
         task = self.tasks.get(task_id)
-        episode = Episode(task=task, tools=self.tool_specs)
+        episode = Episode(task=task, tools=self.tool_specs, budget=self.episode_budget(task))
         episode.messages = [
             Message(role="system", content=self.system_prompt(task)),
             Message(role="user", content=task.prompt),
@@ -329,6 +338,12 @@ class Env:
             self._finish(outcome, detail)
         return self._observation([])
 
+    def record_observation_ids(self, ids: list[int]) -> None:
+        """Record on the latest turn the tokens a policy appended for the env's reply to it (known
+        when it produces the next turn): ``Turn.observation_ids``. Like ``step``'s ``sample``,
+        nothing the env decides depends on them."""
+        self._require_episode().turns[-1].observation_ids = list(ids)
+
     def close(self) -> None:
         self._release_resources()
         self.episode = None
@@ -362,12 +377,13 @@ class Env:
         return self.episode
 
     def _apply(self, episode: Episode, turn: Turn, action: Action) -> list[Message]:
-        if len(action.text) > self.budget.max_action_chars:
+        budget = episode.budget
+        if len(action.text) > budget.max_action_chars:
             return self._format_error(
                 episode,
                 turn,
                 f"your message is {len(action.text)} characters long; the limit is "
-                f"{self.budget.max_action_chars}",
+                f"{budget.max_action_chars}",
             )
         if action.tool_calls is not None:
             calls = action.tool_calls
@@ -381,8 +397,8 @@ class Env:
         turn.tool_calls = calls
         replies: list[Message] = []
         for call in calls:
-            if episode.tool_calls >= self.budget.max_tool_calls:
-                self._finish(Outcome.BUDGET_EXHAUSTED, f"tool call budget ({self.budget.max_tool_calls}) used up")
+            if episode.tool_calls >= budget.max_tool_calls:
+                self._finish(Outcome.BUDGET_EXHAUSTED, f"tool call budget ({budget.max_tool_calls}) used up")
                 break
             episode.tool_calls += 1
             reply = self._call_tool(episode, turn, call)
@@ -412,7 +428,7 @@ class Env:
             result = f"Error: {exc}"
         finally:  # the call's wall time already holds a sandbox start inside it: count that once
             episode.metrics.sandbox_seconds = before + time.monotonic() - t0
-        return Message(role="tool", name=call.name, tool_call_id=call.id, content=self._clip(result))
+        return Message(role="tool", name=call.name, tool_call_id=call.id, content=self._clip(episode, result))
 
     def _grade(self, episode: Episode) -> None:
         t0 = time.monotonic()
@@ -430,7 +446,7 @@ class Env:
     def _format_error(self, episode: Episode, turn: Turn, reason: str) -> list[Message]:
         episode.format_errors += 1
         turn.parse_error = reason
-        left = self.budget.max_format_errors - episode.format_errors
+        left = episode.budget.max_format_errors - episode.format_errors
         if left < 0:
             self._finish(Outcome.FORMAT_ERROR, f"too many invalid actions; last: {reason}")
             return []
@@ -439,7 +455,7 @@ class Env:
     def _tool_error(self, episode: Episode, turn: Turn, call: ToolCall, reason: str) -> Message | None:
         episode.format_errors += 1
         turn.parse_error = reason
-        left = self.budget.max_format_errors - episode.format_errors
+        left = episode.budget.max_format_errors - episode.format_errors
         if left < 0:
             self._finish(Outcome.FORMAT_ERROR, f"too many invalid tool calls; last: {reason}")
             return None
@@ -448,11 +464,11 @@ class Env:
         )
 
     def _check_budgets(self, episode: Episode) -> None:
-        elapsed = time.monotonic() - episode.started
-        if elapsed > self.budget.max_agent_seconds:
-            self._finish(Outcome.BUDGET_EXHAUSTED, f"agent time budget ({self.budget.max_agent_seconds}s) used up")
-        elif len(episode.turns) >= self.budget.max_turns:
-            self._finish(Outcome.BUDGET_EXHAUSTED, f"turn budget ({self.budget.max_turns}) used up")
+        budget, elapsed = episode.budget, time.monotonic() - episode.started
+        if elapsed > budget.max_agent_seconds:
+            self._finish(Outcome.BUDGET_EXHAUSTED, f"agent time budget ({budget.max_agent_seconds}s) used up")
+        elif len(episode.turns) >= budget.max_turns:
+            self._finish(Outcome.BUDGET_EXHAUSTED, f"turn budget ({budget.max_turns}) used up")
 
     def _finish(self, outcome: Outcome, detail: str, verdict: Verdict | None = None) -> None:
         episode = self._require_episode()
@@ -476,8 +492,8 @@ class Env:
             info={"task_id": episode.task.task_id, "turn": len(episode.turns)},
         )
 
-    def _clip(self, text: str) -> str:
-        limit = self.budget.max_observation_chars
+    def _clip(self, episode: Episode, text: str) -> str:
+        limit = episode.budget.max_observation_chars
         if len(text) <= limit:
             return text
         return text[:limit] + f"\n[... {len(text) - limit} more characters cut ...]"

@@ -22,34 +22,37 @@ from envhub.types import Observation, Sample, TokenView, ToolSpec
 
 @dataclass
 class PolicyOutput:
-    """One turn of a policy: the text it produced and, for a model, its exact samples."""
+    """One turn of a policy, as :meth:`Agent.act` returns it.
+
+    ``text`` is the action handed to ``Env.step``. ``sample`` is how it was produced (a model's
+    exact token ids and logprobs, finish reason, weight version; no tokens for scripted policies)
+    and rides with the text into ``Env.step``; the episode sets its ``agent_seconds``, which it
+    measures. ``observation_ids`` are the token ids the agent appended for the ``observation`` it
+    was given -- the env's reply to the previous turn, so they become that turn's
+    ``Turn.observation_ids``: empty on the first turn (the prompt is no reply) and for policies
+    without tokens.
+    """
 
     text: str
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    weight_version: str | None = None
-
-    def sample(self, agent_seconds: float | None = None) -> Sample:
-        """What rides with the text into ``Env.step``: everything but the text, and the time the
-        policy took to produce it."""
-        return Sample(token_ids=self.token_ids, logprobs=self.logprobs, finish_reason=self.finish_reason,
-                      weight_version=self.weight_version, agent_seconds=agent_seconds)
+    sample: Sample = field(default_factory=Sample)
+    observation_ids: list[int] = field(default_factory=list)
 
 
 class Agent(Protocol):
+    """One episode of a :class:`Policy`, holding that episode's state (for a model: the token
+    record). The episode calls ``act`` until the env is done, then ``token_view`` once."""
+
     def act(self, observation: Observation) -> PolicyOutput:
-        """Produce the next turn, given the env's newest observation (its new messages only)."""
+        """Produce the next turn, given the env's newest observation (its new messages only).
+
+        A policy with tokens tokenizes the env's reply here, when it produces the next turn, and
+        hands those ids over in the output (``PolicyOutput.observation_ids``); the episode records
+        them on the turn that reply answered before stepping the new one. If ``act`` raises, no
+        ids were handed over and its record ends with the last sampled turn."""
         ...
 
     def token_view(self) -> TokenView | None:
         """The masked token record of the episode so far (None for policies without tokens)."""
-        ...
-
-    def observation_ids(self) -> list[list[int]]:
-        """Per turn, the token ids appended for the env's reply (empty for scripted policies).
-        The reply to turn i is tokenized only when turn i + 1 is produced, so these are read once,
-        when the episode has ended."""
         ...
 
 
@@ -72,13 +75,10 @@ class _ScriptedAgent:
 
     def act(self, observation: Observation) -> PolicyOutput:
         text = self._turns.pop(0) if self._turns else self._closing()
-        return PolicyOutput(text=text, finish_reason="scripted")
+        return PolicyOutput(text=text, sample=Sample(finish_reason="scripted"))
 
     def token_view(self) -> TokenView | None:
         return None
-
-    def observation_ids(self) -> list[list[int]]:
-        return []
 
 
 class ScriptedPolicy:
@@ -157,7 +157,7 @@ class _RandomAgent(_ScriptedAgent):
                 spec = spec.model_copy(update={"name": spec.name + "_x"})
             args = {k: _random_value(rng, v) for k, v in spec.parameters.get("properties", {}).items()}
             text = format_tool_call(spec.name, args)
-        return PolicyOutput(text=text, finish_reason="scripted")
+        return PolicyOutput(text=text, sample=Sample(finish_reason="scripted"))
 
 
 def _random_value(rng: random.Random, schema: dict[str, Any]) -> Any:

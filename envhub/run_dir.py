@@ -1,9 +1,12 @@
-"""A run directory: its episodes (``trajectories.jsonl``), its report and its identity (``run.json``).
+"""Run directories: a rollout's (:class:`Run`) and a training run's (:class:`TrainingRun`).
 
-``envhub rollout --out DIR`` writes one; export, audit and report read one; the trainer keeps one
-per training step's rollouts (``RUN/rollouts/step-000001/``, :meth:`Run.sub`). :class:`Run` is the
-one place that knows the file names, how a directory is claimed for one run's episodes, and how
-its files are read and written (every write atomic; see :mod:`envhub.store`).
+A :class:`Run` holds episodes (``trajectories.jsonl``), their report and their identity
+(``run.json``): ``envhub rollout --out DIR`` writes one; export, audit and report read one; a
+training run keeps one per training step's rollouts and one per validation eval. :class:`Run` is the
+one place that knows those file names, how a directory is claimed for one run's episodes, and how
+its files are read and written (every write atomic; see :mod:`envhub.store`). :class:`TrainingRun`
+is the one place that knows the layout of a training run directory (``envhub train``), for the
+trainer that writes it and the report that reads it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from envhub.store import JsonlStore, read_jsonl, write_json_atomic
+from envhub.store import JsonlStore, read_jsonl, write_json_atomic, write_text_atomic
 from envhub.types import TrajectoryRecord
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -59,7 +62,7 @@ class Run:
         return self.path / IDENTITY
 
     def sub(self, *parts: str) -> Run:
-        """The run directory ``path/parts...`` (e.g. ``run.sub("rollouts", "step-000001")``)."""
+        """The run directory ``path/parts...`` (e.g. ``run.sub("part-1")``)."""
         return Run(self.path.joinpath(*parts))
 
     def exists(self) -> bool:
@@ -164,4 +167,104 @@ class Run:
         return None
 
 
-__all__ = ["IDENTITY", "REPORT", "TRAJECTORIES", "Run", "RunFileError"]
+class TrainingRun:
+    """The training run directory at ``path`` (``envhub train``; :mod:`envhub.trainer`)::
+
+        config.json             the trainer config; it names the run
+        steps.jsonl             one line per GRPO step
+        evals.jsonl             one line per validation eval (keyed by its tag)
+        summary.json            the summary of a finished run
+        rollouts/step-000001/   each step's training episodes, a :class:`Run` (one
+                                ``trajectories.rankR.jsonl`` per process when distributed)
+        eval/TAG/               each validation eval's episodes, a :class:`Run`
+        checkpoints/            checkpoints (``step-000004/``; see :mod:`envhub.trainer.checkpoint`)
+        final/                  the final weights, a transformers model directory
+        weights/                weights staged for the engine (:mod:`envhub.trainer.weight_sync`)
+        tensorboard/            TensorBoard event files (``tensorboard: true``)
+    """
+
+    CONFIG, STEPS, EVALS, SUMMARY = "config.json", "steps.jsonl", "evals.jsonl", "summary.json"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"TrainingRun({str(self.path)!r})"
+
+    @staticmethod
+    def step_name(step: int) -> str:
+        """``step-000004``: the folder name of a step's rollouts and of its checkpoint."""
+        return f"step-{step:06d}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def steps_path(self) -> Path:
+        return self.path / self.STEPS
+
+    @property
+    def evals_path(self) -> Path:
+        return self.path / self.EVALS
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def rollouts_dir(self) -> Path:
+        return self.path / "rollouts"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.path / "eval"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def final_dir(self) -> Path:
+        return self.path / "final"
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.path / "weights"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / "tensorboard"
+
+    def exists(self) -> bool:
+        """Whether this is a training run directory (it has ``steps.jsonl`` and ``config.json``)."""
+        return self.steps_path.is_file() and self.config_path.is_file()
+
+    def step_dir(self, step: int) -> Path:
+        """``rollouts/step-N/``: the training episodes of ``step``."""
+        return self.rollouts_dir / self.step_name(step)
+
+    def step_rollouts(self, step: int, *, rank: int | None = None) -> Run:
+        """The episodes of ``step`` as a :class:`Run`; with ``rank``, that process's own file of them."""
+        folder = self.step_dir(step)
+        return Run(folder) if rank is None else Run(folder, trajectories=folder / f"trajectories.rank{rank}.jsonl")
+
+    def eval_run(self, tag: str) -> Run:
+        """``eval/TAG/``: the episodes of the validation eval ``tag``."""
+        return Run(self.eval_dir / tag)
+
+    def checkpoint_dir(self, step: int) -> Path:
+        """``checkpoints/step-N/``: the checkpoint of ``step``."""
+        return self.checkpoints_dir / self.step_name(step)
+
+    def evals(self) -> list[dict[str, Any]]:
+        """The rows of ``evals.jsonl`` (none when there is no such file)."""
+        return list(read_jsonl(self.evals_path)) if self.evals_path.exists() else []
+
+    def keep_steps_upto(self, step: int) -> None:
+        """Drop the lines of ``steps.jsonl`` after ``step`` (a resumed run trains them again)."""
+        kept = [r for r in read_jsonl(self.steps_path) if r["step"] <= step] if self.steps_path.exists() else []
+        write_text_atomic(self.steps_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+__all__ = ["IDENTITY", "REPORT", "TRAJECTORIES", "Run", "RunFileError", "TrainingRun"]

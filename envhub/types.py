@@ -202,7 +202,8 @@ class Turn(_Model):
 
     ``token_ids`` / ``logprobs`` / ``finish_reason`` / ``weight_version`` come with the action
     (a :class:`Sample`: the model's exact samples, empty for scripted policies);
-    ``observation_ids`` are the tokens the policy appended for the env's reply (mask 0).
+    ``observation_ids`` are the tokens the policy appended for the env's reply (mask 0), known
+    when it produces the next turn and recorded then (``Env.record_observation_ids``).
     """
 
     index: int

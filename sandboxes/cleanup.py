@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib
 import logging
 import os
 import queue
@@ -71,12 +70,25 @@ _fatal = False
 _requests: queue.SimpleQueue[tuple[threading.Event, float]] = queue.SimpleQueue()
 _reaper: threading.Thread | None = None
 _reaper_lock = threading.Lock()
-#: backend -> "module:function" that removes what dead envhub processes of that backend left;
-#: imported lazily, so this module depends on no backend.
-START_SWEEPS: dict[str, str] = {"docker": "envhub.sandboxes.leftovers:sweep_dead_owners",
-                                 "process": "envhub.sandboxes.process_backend:sweep_dead_scratch"}
 _start_swept: set[str] = set()
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _sweep_docker() -> None:
+    from envhub.sandboxes.leftovers import sweep_dead_owners
+
+    sweep_dead_owners()
+
+
+def _sweep_process() -> None:
+    from envhub.sandboxes.process_backend import sweep_dead_scratch
+
+    sweep_dead_scratch()
+
+
+#: backend -> what removes the leftovers of dead envhub processes of that backend; each imports
+#: its backend only when it runs, so this module depends on none.
+START_SWEEPS: dict[str, Callable[[], None]] = {"docker": _sweep_docker, "process": _sweep_process}
 #: The most a signal handler waits for the cleanup before the signal goes on regardless.
 SIGNAL_CLEANUP_S = 10.0
 
@@ -101,9 +113,8 @@ def _sweep_at_first_start(backend: Any) -> None:
         if backend in _start_swept:
             return
         _start_swept.add(backend)
-    module, _, name = target.partition(":")
     try:
-        getattr(importlib.import_module(module), name)()
+        target()
     except Exception as exc:  # the start itself goes on (and reports a real engine problem)
         log.warning("sweeping %s leftovers of dead envhub processes failed: %r", backend, exc)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from envhub.cli.common import console, fail
+
 app = typer.Typer(help="Sandbox images, health and cleanup.", no_args_is_help=True)
-console = Console()
 
 
 @app.command()
@@ -43,8 +43,7 @@ def build(
             console.print(f"[green]ready:[/green] {built}")
     except (SandboxError, FileNotFoundError) as exc:
         stages.finish("failed")
-        console.print(f"[red]build failed:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise fail(f"build failed: {exc}", code=1) from exc
     stages.finish()
 
 
@@ -68,8 +67,7 @@ def doctor(
     console.print(f"auto selects: [bold]{select_backend('auto')}[/bold]")
     missing = [name for name in require or [] if not any(s.name == name and s.ok for s in statuses)]
     if missing:
-        console.print(f"[red]required but not working:[/red] {', '.join(missing)}")
-        raise typer.Exit(1)
+        raise fail(f"required but not working: {', '.join(missing)}", code=1)
 
 
 @app.command()
@@ -85,8 +83,7 @@ def prune(
     try:
         removed = run_prune(all_owners)
     except SandboxError as exc:
-        console.print(f"[red]cannot prune:[/red] {exc}")
-        raise typer.Exit(1) from exc
+        raise fail(f"cannot prune: {exc}", code=1) from exc
     console.print(f"removed {removed} container(s)")
 
 

@@ -51,3 +51,23 @@ def pytest_sessionfinish(session, exitstatus):
     if leaked():
         print(f"\nenvhub containers leaked by the test suite: {leaked()}")
         session.exitstatus = 1
+
+
+#: A test that takes longer than this (call phase, seconds) belongs to the slow lane; the fast lane
+#: (``-m "not slow and not docker"``, README) stays fast only while the marks tell the truth.
+SLOW_S = 10.0
+_unmarked_slow: list[tuple[str, float]] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" and report.duration > SLOW_S and "slow" not in report.keywords:
+        _unmarked_slow.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Name the tests that ran longer than SLOW_S without the ``slow`` mark: mark them (a list, not a
+    failure: a busy machine makes anything slow now and then)."""
+    if _unmarked_slow:
+        terminalreporter.section(f"not marked slow but took over {SLOW_S:.0f} s")
+        for nodeid, seconds in sorted(_unmarked_slow, key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}")

@@ -15,7 +15,7 @@ from envhub.errors import EngineError
 from envhub.parsing import format_tool_call
 from envhub.policies import GoldPolicy, PolicyOutput, RandomPolicy
 from envhub.rollout.runner import RolloutResult, run_rollouts
-from envhub.types import Observation, TokenView
+from envhub.types import Observation, Sample, TokenView
 
 ENV = "envhub/Computation-v0"
 #: Model-written text that would run, fetch or break out of a tag if a report did not escape it.
@@ -35,14 +35,11 @@ class _HostileAgent:
         else:
             text = format_tool_call("answer", {"answer": HOSTILE})
         ids = list(text.encode("utf-8"))[:64]  # a byte-level "tokenizer": the record marks sampled tokens
-        return PolicyOutput(text=text, token_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop",
-                            weight_version="w1")
+        sample = Sample(token_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop", weight_version="w1")
+        return PolicyOutput(text=text, sample=sample)
 
     def token_view(self) -> TokenView | None:
         return None
-
-    def observation_ids(self) -> list[list[int]]:
-        return []
 
 
 class _BrokenEngineAgent(_HostileAgent):

@@ -236,6 +236,9 @@ def bench_mode(s: BenchSettings, mode: str, model: Path, work: Path) -> dict[str
 
 def memory_check(s: BenchSettings, work: Path) -> dict[str, Any]:
     """RSS of the real ``python -m envhub.trainer`` on the tiny model, step ``memory_from`` to the last."""
+    from envhub.run_dir import TrainingRun
+    from envhub.store import read_jsonl
+
     here = work / "memory"
     here.mkdir(parents=True)
     env_id, env_args = s.modes["single"]
@@ -245,7 +248,7 @@ def memory_check(s: BenchSettings, work: Path) -> dict[str, Any]:
     (here / "config.yaml").write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
     run_child([sys.executable, "-m", "envhub.trainer", str(here / "config.yaml")], child_env(s.threads),
               here / "train.log")
-    lines = [json.loads(line) for line in (here / "run" / "steps.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    lines = list(read_jsonl(TrainingRun(here / "run").steps_path))
     rss = {int(r["step"]): float(r["rss_mb"]) for r in lines}
     last, first = max(rss), s.memory_from
     start, end = rss[first], rss[last]
@@ -358,6 +361,7 @@ def _plain(s: BenchSettings) -> dict[str, Any]:
 
 def ours_child(spec: dict[str, Any]) -> dict[str, Any]:
     """Our side: ``Trainer.train_step`` timed from outside, for every step of the config."""
+    from envhub.run_dir import TrainingRun
     from envhub.trainer.config import parse_config
     from envhub.trainer.loop import Trainer
 
@@ -376,8 +380,7 @@ def ours_child(spec: dict[str, Any]) -> dict[str, Any]:
         trainer.close()
     prompt_lens = []
     for line in steps:  # the sampled tokens of each step's episodes, read back after the timing
-        path = Path(config.run_dir) / "rollouts" / f"step-{line['step']:06d}" / "trajectories.jsonl"
-        records = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x]
+        records = list(TrainingRun(config.run_dir).step_rollouts(line["step"]).rows())
         line["completion_tokens"] = statistics.fmean(sum(r["response_mask"]) for r in records)
         prompt_lens += [len(r["prompt_ids"]) for r in records]
     return {"steps": steps, "does": OURS_DOES, "prompt_tokens_mean": statistics.fmean(prompt_lens)}

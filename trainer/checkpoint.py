@@ -16,6 +16,9 @@ save are removed by the next save.
 Samples are never trained twice or skipped: a step's episodes come from the data cursor (the step
 number) and are kept on disk as they finish (``RUN/rollouts/step-N/``), so a resumed run picks up
 the pending samples of the interrupted step and trains each step exactly once.
+
+:func:`save` and :func:`restore` do it for the trainer's models (:class:`~envhub.trainer.models.PolicyModels`),
+every rank taking its part; the functions below them are the steps.
 """
 
 from __future__ import annotations
@@ -26,12 +29,17 @@ import random
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from envhub.run_dir import TrainingRun
 from envhub.store import write_json_atomic, write_text_atomic
+from envhub.trainer import fsdp
+
+if TYPE_CHECKING:
+    from envhub.trainer.models import PolicyModels
 
 
 @dataclass
@@ -43,9 +51,39 @@ class TrainState:
     cursor: int = 0
     curriculum: list[str] = field(default_factory=list)
 
+    def advance(self, step: int, groups_per_step: int) -> None:
+        """``step`` is done: the data cursor is past its groups."""
+        self.step, self.cursor = step, step * groups_per_step
+
+
+def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.DistInfo, *, keep: int) -> None:
+    """Every rank: the checkpoint of ``state.step`` (rank 0 writes the weights and publishes it)."""
+    staging = begin_save(run_dir, state.step) if dist.is_main else staging_dir(run_dir, state.step)
+    fsdp.barrier(dist)
+    save_rank_part(staging, dist.rank, models.engine.sampler_rng)
+    model = fsdp.full_state_dict(models.model, dist)
+    optimizer = fsdp.optimizer_state(models.model, models.optimizer, dist)
+    fsdp.barrier(dist)
+    if dist.is_main:
+        finish_save(run_dir, staging, state=state, model=model, optimizer=optimizer,
+                    scheduler=models.scheduler.state_dict(), keep=keep)
+    fsdp.barrier(dist)
+
+
+def restore(path: Path, models: PolicyModels, dist: fsdp.DistInfo) -> tuple[TrainState, dict[str, torch.Tensor]]:
+    """Every rank: the checkpoint at ``path`` loaded into ``models`` (weights, optimizer, schedule, this
+    rank's RNG states); returns its state and the full model state dict (for the engine)."""
+    loaded = load_checkpoint(path, dist.rank)
+    fsdp.load_full_state_dict(models.model, loaded.model, dist)
+    fsdp.load_optimizer_state(models.model, models.optimizer, loaded.optimizer, dist)
+    models.scheduler.load_state_dict(loaded.scheduler)
+    if loaded.rng is not None:
+        restore_rng(loaded.rng, models.engine.sampler_rng)
+    return loaded.state, loaded.model
+
 
 def checkpoint_root(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
+    return TrainingRun(run_dir).checkpoints_dir
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -89,7 +127,7 @@ def restore_rng(state: dict[str, Any], engine_rng: torch.Generator | None) -> No
 
 def staging_dir(run_dir: Path, step: int) -> Path:
     """Where every rank writes its part of the checkpoint of ``step`` before it is published."""
-    return checkpoint_root(run_dir) / f".step-{step:06d}.partial"
+    return checkpoint_root(run_dir) / f".{TrainingRun.step_name(step)}.partial"
 
 
 def begin_save(run_dir: Path, step: int) -> Path:
@@ -116,7 +154,7 @@ def finish_save(run_dir: Path, staging: Path, *, state: TrainState, model: dict[
     write_json_atomic(staging / "state.json", asdict(state))
     _fsync_dir(staging)
     root = checkpoint_root(run_dir)
-    final = root / f"step-{state.step:06d}"
+    final = TrainingRun(run_dir).checkpoint_dir(state.step)
     if final.exists():  # a checkpoint of this step from before a resume: the new one replaces it
         shutil.rmtree(final)
     os.rename(staging, final)

@@ -2,25 +2,28 @@
 
 1. **plan**: the step's groups come from the data cursor -- a seeded shuffle of the split's tasks
    (or of the ``envhub profile`` curriculum), epoch after epoch -- so a resumed run draws exactly the
-   tasks, episode ids and sampling seeds the uninterrupted one would have;
+   tasks, episode ids and sampling seeds the uninterrupted one would have (each group planned by
+   :func:`envhub.rollout.episodes.plan_group`, the one recipe of episode ids);
 2. **rollouts**: each rank runs its share of the groups through the engine with the episode
    collector; records are kept in ``RUN/rollouts/step-N/`` as they finish (pending samples survive
    a crash);
 3. **audit**: every trajectory passes the token audit before it may enter a batch (a failing one is
    dropped and counted, or stops the run);
-4. **selection and advantages** (:mod:`envhub.trainer.grpo`): infra outcomes out, zero-variance
-   groups dropped, group-relative advantages;
+4. **selection and advantages** (:mod:`envhub.trainer.samples`, :mod:`envhub.trainer.grpo`): infra
+   outcomes out, zero-variance groups dropped, group-relative advantages;
 5. **update**: micro-batched loss on the mask-1 tokens, ``updates_per_step`` optimizer steps;
-6. **weight sync**: the new weights go to the engine and the weight version is bumped; every later
+6. **weight push**: the new weights go to the engine and the weight version is bumped; every later
    turn records it;
-7. **log and checkpoint**: one line of ``RUN/steps.jsonl`` per step; the whole state every
-   ``checkpoint_every`` steps (:mod:`envhub.trainer.checkpoint`).
+7. **record**: one line of ``RUN/steps.jsonl`` per step (:func:`envhub.trainer.telemetry.step_record`);
+   the whole state every ``checkpoint_every`` steps (:mod:`envhub.trainer.checkpoint`).
+
+The models are built in :mod:`envhub.trainer.models`, the validation evals run in
+:mod:`envhub.trainer.evaluation`, and the run directory's layout is
+:class:`envhub.run_dir.TrainingRun`.
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
 import random
 import sys
@@ -31,22 +34,22 @@ from typing import Any
 
 import torch
 
-from envhub.adapters.audit import check_record
 from envhub.adapters.engines.models import resolve_model
-from envhub.adapters.model_policy import ModelPolicy
 from envhub.registry import make
-from envhub.rollout.collect import EpisodeCollector, EpisodePlan, plan_episodes
-from envhub.rollout.summary import summarize
-from envhub.run_dir import Run
-from envhub.store import JsonlStore, read_jsonl, write_json_atomic, write_text_atomic
+from envhub.rollout.collect import EpisodeCollector
+from envhub.rollout.episodes import EpisodePlan, plan_group
+from envhub.run_dir import TrainingRun
+from envhub.store import JsonlStore, write_json_atomic
 from envhub.trainer import checkpoint as ckpt
-from envhub.trainer import fsdp, grpo, preflight, sft
+from envhub.trainer import evaluation, fsdp, preflight, sft
 from envhub.trainer.batch import TrainingSample
 from envhub.trainer.config import TrainConfig
-from envhub.trainer.telemetry import Telemetry, rollout_counts, rss_mb
-from envhub.trainer.update import lr_factor, update_policy
-from envhub.trainer.weight_sync import WeightSyncError, weight_sync_for, write_hf_dir
-from envhub.types import Outcome, OutcomeClass, TrajectoryRecord
+from envhub.trainer.models import PolicyModels
+from envhub.trainer.samples import AUDIT_FAILED, audit_trajectory, training_samples
+from envhub.trainer.telemetry import StepTimer, Telemetry, step_record
+from envhub.trainer.update import update_policy
+from envhub.trainer.weight_sync import write_hf_dir
+from envhub.types import Outcome, OutcomeClass
 
 #: Settings a resumed run may change; any other difference means another run.
 RESUMABLE_CHANGES = {"steps", "eval", "metrics_port", "tensorboard", "audit_failure", "checkpoint_every",
@@ -68,7 +71,7 @@ class Trainer:
         say = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.log = say if self.dist.is_main else (lambda line: None)
         self.run_dir = Path(config.run_dir)
-        self.files = Run(self.run_dir)
+        self.files = TrainingRun(self.run_dir)
         preflight.raise_if(preflight.check_config(config))
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -79,7 +82,12 @@ class Trainer:
                                    metrics_port=config.metrics_port, tensorboard=config.tensorboard,
                                    enabled=self.dist.is_main, log=self.log)
         try:
-            self._build_models()
+            self.models = PolicyModels(config, self.model_dir, self.dist, staging_dir=self.files.weights_dir)
+            self.policy = self.models.policy(config.sampling)
+            self.env_factory = self._env_factory(config.env.split)
+            self.collector = EpisodeCollector(self.env_factory, self.telemetry.wrap_policy(self.policy),
+                                              concurrency=config.rollout.concurrency,
+                                              policy_info={"policy": self.policy.name, **self.policy.describe()})
             self.state = ckpt.TrainState()
             self.tasks = self._training_tasks()
             self._resume_if_asked(resume)
@@ -87,7 +95,7 @@ class Trainer:
         except BaseException:
             self.close()
             raise
-        self.steps_path = self.run_dir / "steps.jsonl"
+        self.steps_path = self.files.steps_path
         self.started = time.monotonic()
 
     # ---- setup --------------------------------------------------------------------------------
@@ -101,7 +109,7 @@ class Trainer:
 
     def _claim(self, resume: bool) -> None:
         """``RUN/config.json`` names the run; another config in the same directory is refused."""
-        path = self.run_dir / "config.json"
+        path = self.files.config_path
         mine = self.config.dump()
         if path.exists():
             before = json.loads(path.read_text(encoding="utf-8"))
@@ -115,55 +123,6 @@ class Trainer:
         if self.dist.is_main:
             write_json_atomic(path, mine)
         fsdp.barrier(self.dist)
-
-    def _build_models(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        cfg = self.config
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
-        model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
-        model.config.use_cache = False
-        self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
-                          else self.tokenizer.eos_token_id)
-        self.reference = None
-        if cfg.algorithm.kl_coef > 0:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
-        self.shared = (cfg.rollout.share_weights and self.dist.world_size == 1 and cfg.engine == "transformers")
-        self.engine = self._make_engine(model)
-        if cfg.optim.activation_checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        self.model = fsdp.shard_model(model, self.dist)
-        self.model.eval()  # train mode only inside an update: the engine may sample from this module
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas,
-                                           eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda update: lr_factor(self.config, update))
-        self.policy = self._policy(cfg.sampling)
-        self.sync = weight_sync_for(self.engine, base_model_dir=self.model_dir, staging_dir=self.run_dir / "weights",
-                                    timeout_s=cfg.weight_sync_timeout_s)
-        self.env_factory = self._env_factory(cfg.env.split)
-        self.collector = EpisodeCollector(self.env_factory, self.telemetry.wrap_policy(self.policy),
-                                          concurrency=cfg.rollout.concurrency,
-                                          policy_info={"policy": self.policy.name, **self.policy.describe()})
-
-    def _make_engine(self, model: torch.nn.Module) -> Any:
-        cfg = self.config
-        if cfg.engine.startswith("sglang:"):
-            from envhub.adapters.engines.sglang_client import SGLangEngine
-
-            return SGLangEngine(cfg.engine.removeprefix("sglang:"), max_context=cfg.rollout.max_context)
-        from envhub.adapters.engines.transformers_engine import TransformersEngine
-
-        # Rollouts come from an unsharded model: generating through FSDP's all-gathers is ~5x slower.
-        return TransformersEngine(model if self.shared else copy.deepcopy(model).eval(), self.tokenizer, max_context=cfg.rollout.max_context,
-                                  max_batch_size=max(cfg.rollout.concurrency, 1), weight_version="0",
-                                  seed=cfg.seed + self.dist.rank, model_id=str(self.model_dir))
-
-    def _policy(self, params: Any) -> ModelPolicy:
-        r = self.config.rollout
-        return ModelPolicy(self.engine, self.tokenizer, params=params, max_context=r.max_context,
-                           name=f"hf:{self.model_dir}", model_id=str(self.model_dir), tokenizer_id=str(self.model_dir),
-                           fit_turns=r.fit_turns, max_response_tokens=r.max_response_tokens)
 
     def _env_factory(self, split: str) -> Callable[[], Any]:
         env = self.config.env
@@ -210,18 +169,10 @@ class Trainer:
         path = ckpt.latest_checkpoint(self.run_dir) if resume else None
         if path is None:
             return
-        state = ckpt.load_checkpoint(path, self.dist.rank)
-        fsdp.load_full_state_dict(self.model, state.model, self.dist)
-        fsdp.load_optimizer_state(self.model, self.optimizer, state.optimizer, self.dist)
-        self.scheduler.load_state_dict(state.scheduler)
-        if state.rng is not None:
-            ckpt.restore_rng(state.rng, getattr(self.engine, "_rng", None))
-        self.state = state.state
-        self._publish_weights(self.state.weight_version, state.model)
+        self.state, weights = ckpt.restore(path, self.models, self.dist)
+        self.models.publish(self.state.weight_version, weights)
         if self.dist.is_main:  # steps after the checkpoint are trained again: their log lines go
-            kept = [r for r in read_jsonl(self.run_dir / "steps.jsonl") if r["step"] <= self.state.step] \
-                if (self.run_dir / "steps.jsonl").exists() else []
-            write_text_atomic(self.run_dir / "steps.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
+            self.files.keep_steps_upto(self.state.step)
         self.log(f"resumed from {path.name} (step {self.state.step}, weight version {self.state.weight_version})")
 
     # ---- the run ------------------------------------------------------------------------------
@@ -246,7 +197,7 @@ class Trainer:
                     log.append(record)
                 self.telemetry.on_step(record)
                 if cfg.eval.every and self.state.step % cfg.eval.every == 0 and self.state.step < cfg.steps:
-                    self.evaluate(f"step-{self.state.step:06d}")
+                    self.evaluate(TrainingRun.step_name(self.state.step))
                 if self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.steps:
                     self.save_checkpoint()
         timings["grpo_s"] = time.monotonic() - t0
@@ -254,32 +205,41 @@ class Trainer:
         summary = {"run_dir": str(self.run_dir), "steps": self.state.step, "timings": timings,
                    "evals": self.eval_summaries(), "final_eval": final, "final_weights": str(self.export())}
         if self.dist.is_main:
-            write_json_atomic(self.run_dir / "summary.json", summary)
+            write_json_atomic(self.files.summary_path, summary)
         return summary
 
     def close(self) -> None:
-        """Stop the engine, the env workers and the metrics server (idempotent; safe after a failed start)."""
-        for part in ("collector", "engine", "telemetry"):
+        """Stop the env workers, the engine and the metrics server (idempotent; safe after a failed start)."""
+        for part in ("collector", "models", "telemetry"):
             if hasattr(self, part):
                 getattr(self, part).close()
 
     # ---- one GRPO step --------------------------------------------------------------------------
 
+    def train_step(self) -> dict[str, Any]:
+        """One GRPO step, stage by stage (see the module docstring); returns its line of ``steps.jsonl``."""
+        step, timer = self.state.step + 1, StepTimer()
+        plans = self.plans(step)                                   # 1. plan
+        records = self.rollouts(step, plans)                       # 2. rollouts
+        timer.lap("rollout_s")
+        classes = self.audit(records)                              # 3. audit
+        samples, selection = self.select(records, classes)         # 4. selection and advantages
+        update = self.update(samples)                              # 5. update
+        timer.lap("train_s")
+        self.push_weights(update)                                  # 6. weight push
+        timer.lap("weight_sync_s")
+        self.state.advance(step, self.config.rollout.groups_per_step)
+        return self.record(step, records, samples, {**selection, **update}, timer)  # 7. record
+
     def plans(self, step: int) -> list[EpisodePlan]:
         """This rank's episodes of ``step`` (1-based): groups ``[(step-1)*G, step*G)`` of the task order,
         every ``world_size``-th group to this rank, whole groups only (advantages are per group)."""
         cfg = self.config
-        per_step, size = cfg.rollout.groups_per_step, cfg.rollout.group_size
-        plans = []
-        for j in range((step - 1) * per_step, step * per_step):
-            if (j % per_step) % self.dist.world_size != self.dist.rank:
-                continue
-            task_id = self._task_of_group(j)
-            group_id = hashlib.sha1(f"{cfg.env.id}|{cfg.seed}|train|{j}|{task_id}".encode()).hexdigest()[:16]
-            for k in range(size):
-                seed = int(hashlib.sha1(f"{group_id}|{k}".encode()).hexdigest()[:8], 16)
-                plans.append(EpisodePlan(f"{group_id}-{k}", group_id, task_id, k, seed))
-        return plans
+        per_step = cfg.rollout.groups_per_step
+        return [plan for j in range((step - 1) * per_step, step * per_step)
+                if (j % per_step) % self.dist.world_size == self.dist.rank
+                for plan in plan_group(cfg.env.id, self._task_of_group(j), j, seed=cfg.seed,
+                                       group_size=cfg.rollout.group_size, stream="train")]
 
     def _task_of_group(self, j: int) -> str:
         epoch, i = divmod(j, len(self.tasks))
@@ -287,48 +247,11 @@ class Trainer:
         random.Random(f"{self.config.env.id}/{self.config.seed}/{epoch}").shuffle(order)
         return order[i]
 
-    def train_step(self) -> dict[str, Any]:
-        step = self.state.step + 1
-        t0 = time.monotonic()
-        records = self.rollouts(step)
-        t1 = time.monotonic()
-        samples, selection = self.select(records)
-        update = self.update(samples)
-        t2 = time.monotonic()
-        if update.get("updated"):
-            self.state.weight_version = str(int(self.state.weight_version) + 1)
-            self._publish_weights(self.state.weight_version)
-        t3 = time.monotonic()
-        self.state.step, self.state.cursor = step, step * self.config.rollout.groups_per_step
-        counts = fsdp.all_reduce_sum(rollout_counts(records), self.dist)
-        attempted = max(counts["attempted"], 1)
-        tokens = counts["sampled_tokens"]
-        return {
-            "step": step, "weight_version": self.state.weight_version,
-            # the policy's mean reward is over the episodes it is scored on: infra outcomes (reward 0,
-            # ours) would drag it down; strict success keeps them in its denominator, as DESIGN.md says
-            "reward_mean": counts["reward_sum"] / max(counts["attempted"] - counts["infra"], 1),
-            "strict_success": counts["success"] / attempted,
-            "success_excluding_infra": counts["success"] / max(counts["attempted"] - counts["infra"], 1),
-            "outcomes": {k.removeprefix("outcome/"): int(v) for k, v in counts.items() if k.startswith("outcome/")},
-            "attempted": int(counts["attempted"]),
-            "tokens_per_success": tokens / counts["success"] if counts["success"] else None,
-            **selection, **update,
-            "trained_episodes": sorted(fsdp.all_gather_lists([s.episode_id for s in samples], self.dist)),
-            "untrained_episodes": sorted(fsdp.all_gather_lists(
-                sorted({r["episode_id"] for r in records} - {s.episode_id for s in samples}), self.dist)),
-            "tokens_per_second": tokens / max(t1 - t0, 1e-9),
-            "time": {"rollout_s": t1 - t0, "verify_s": counts["verifier_s"], "train_s": t2 - t1,
-                     "weight_sync_s": t3 - t2},
-            "lr": self.scheduler.get_last_lr()[0], "rss_mb": rss_mb(),
-        }
-
-    def rollouts(self, step: int) -> list[dict[str, Any]]:
-        """This rank's records of ``step``; episodes already on disk (an interrupted step) are kept."""
-        plans = self.plans(step)
-        step_dir = self.files.sub("rollouts", f"step-{step:06d}")
-        if self.dist.world_size > 1:
-            step_dir = Run(step_dir.path, trajectories=step_dir.path / f"trajectories.rank{self.dist.rank}.jsonl")
+    def rollouts(self, step: int, plans: list[EpisodePlan] | None = None) -> list[dict[str, Any]]:
+        """This rank's records of ``step`` (of ``plans``, by default :meth:`plans`); episodes already on
+        disk (an interrupted step) are kept."""
+        plans = self.plans(step) if plans is None else plans
+        step_dir = self.files.step_rollouts(step, rank=self.dist.rank if self.dist.world_size > 1 else None)
         with step_dir.store() as store:
             todo = [p for p in plans if p.episode_id not in store.keys]
             for record in self.collector.run(todo):
@@ -337,139 +260,76 @@ class Trainer:
         wanted = {p.episode_id for p in plans}
         return [r for r in step_dir.rows() if r["episode_id"] in wanted]
 
-    def select(self, records: list[dict[str, Any]]) -> tuple[list[TrainingSample], dict[str, Any]]:
-        """Audit, selection and advantages (see :func:`envhub.trainer.grpo.select_samples`)."""
-        cfg = self.config.algorithm
-        classes, dropped, lag = [], 0, 0
+    def audit(self, records: list[dict[str, Any]]) -> list[str]:
+        """Each record's outcome class, or ``audit_failed`` when its trajectory fails the token audit
+        (:func:`envhub.trainer.samples.audit_trajectory`; with ``audit_failure: stop``, TrainingError).
+        Infra outcomes are never trained, so never audited."""
+        classes, template = [], self.policy.describe().get("chat_template_hash")
         for data in records:
             outcome = Outcome(data["outcome"])
             cls = outcome.outcome_class.value
             if outcome.outcome_class is not OutcomeClass.INFRA_FAILURE:
-                problems = self.audit(data)
-                if problems:
-                    if self.config.audit_failure == "stop":
-                        raise TrainingError(f"episode {data['episode_id']} fails the token audit: {problems[0]}")
-                    dropped, cls = dropped + 1, "audit_failed"
-            versions = [int(v) for v in data["versions"].get("weight_versions", []) if v is not None]
-            if versions:
-                lag = max(lag, int(self.state.weight_version) - min(versions))
+                problems = audit_trajectory(data, self.models.tokenizer, chat_template_hash=template,
+                                            max_context=self.config.rollout.max_context)
+                if problems and self.config.audit_failure == "stop":
+                    raise TrainingError(f"episode {data['episode_id']} fails the token audit: {problems[0]}")
+                cls = AUDIT_FAILED if problems else cls
             classes.append(cls)
-        if not records:
-            return [], {"audit_dropped": 0, "kept": 0}
-        groups = {g: i for i, g in enumerate(dict.fromkeys(r["group_id"] for r in records))}
-        rewards = torch.tensor([float(r["reward"]) for r in records])
-        index = torch.tensor([groups[r["group_id"]] for r in records])
-        truncated = [Outcome(r["outcome"]).is_truncation for r in records]
-        keep, weight, stats = grpo.select_samples(
-            classes, rewards, index, truncated, exclude_classes=(*cfg.exclude_classes, "audit_failed"),
-            drop_zero_variance=cfg.drop_zero_variance, mask_truncated=cfg.mask_truncated)
-        kept = keep.nonzero().flatten().tolist()
-        advantages = grpo.group_advantages(rewards[kept], index[kept], std_normalize=cfg.std_normalize) \
-            if kept else torch.zeros(0)
-        samples = [TrainingSample(records[i]["episode_id"], records[i]["prompt_ids"], records[i]["response_ids"],
-                          records[i]["response_mask"], records[i]["response_logprobs"], float(a), float(weight[i]))
-                   for i, a in zip(kept, advantages.tolist(), strict=True)
-                   if sum(records[i]["response_mask"]) > 0]
-        return samples, {**stats, "audit_dropped": dropped, "weight_version_lag": lag}
+        return classes
 
-    def audit(self, data: dict[str, Any]) -> list[str]:
-        """The token-record invariants of one trajectory, as the ``envhub audit`` command checks them,
-        plus: the chat template is this trainer's and the sequence fits the trainer's context."""
-        record = TrajectoryRecord.model_validate(data)
-        problems = [f"{i.check}: {i.detail}" for i in check_record(record, self.tokenizer)]
-        if record.versions.chat_template_hash != self.policy.describe().get("chat_template_hash"):
-            problems.append("chat template: recorded with another chat template than the trainer's")
-        if len(record.prompt_ids) + len(record.response_ids) > self.config.rollout.max_context:
-            problems.append("length: longer than rollout.max_context")
-        return problems
+    def select(self, records: list[dict[str, Any]],
+               classes: list[str] | None = None) -> tuple[list[TrainingSample], dict[str, Any]]:
+        """Selection and advantages (:func:`envhub.trainer.samples.training_samples`) of ``records``
+        audited as ``classes`` (audited here when not given)."""
+        classes = self.audit(records) if classes is None else classes
+        return training_samples(records, classes, self.config.algorithm, weight_version=self.state.weight_version)
 
     def update(self, samples: list[TrainingSample]) -> dict[str, Any]:
-        return update_policy(self.model, self.optimizer, self.scheduler, samples, config=self.config, dist=self.dist,
-                             reference=self.reference, pad_id=self.pad_id)
+        m = self.models
+        return update_policy(m.model, m.optimizer, m.scheduler, samples, config=self.config, dist=self.dist,
+                             reference=m.reference, pad_id=m.pad_id)
 
-    def _publish_weights(self, version: str, state: dict[str, torch.Tensor] | None = None) -> None:
-        """The engine samples with the trained weights as ``version`` from now on: a shared module only
-        changes its version; otherwise the full weights (``state``, or gathered now) are pushed."""
-        if self.shared:
-            self.engine.mark_weights_updated(version)
-            return
-        self._push(state if state is not None else fsdp.full_state_dict(self.model, self.dist), version)
+    def push_weights(self, update: dict[str, Any]) -> None:
+        """After an update, the engine samples with the new weights, as the next weight version."""
+        if update.get("updated"):
+            self._next_weight_version()
 
-    def _push(self, state: dict[str, torch.Tensor], version: str) -> None:
-        """New weights to the engine; a failed or hung update stops the run (WeightSyncError)."""
-        if not self.config.engine.startswith("sglang:"):
-            self.sync.push(state, version)
-            return
-        error = None  # one server for every rank: rank 0 updates it, and every rank learns whether it worked
-        if self.dist.is_main:
-            try:
-                self.sync.push(state, version)
-            except WeightSyncError as exc:
-                error = exc
-        failed = fsdp.all_reduce_sum({"failed": float(error is not None)}, self.dist)["failed"]
-        if error is not None:
-            raise error
-        if failed:
-            raise WeightSyncError(f"rank 0 could not give the SGLang server weight version {version}; see its log")
+    def _next_weight_version(self) -> None:
+        self.state.weight_version = str(int(self.state.weight_version) + 1)
+        self.models.publish(self.state.weight_version)
+
+    def record(self, step: int, records: list[dict[str, Any]], samples: list[TrainingSample],
+               stats: dict[str, Any], timer: StepTimer) -> dict[str, Any]:
+        """The step's line of ``RUN/steps.jsonl`` (:func:`envhub.trainer.telemetry.step_record`)."""
+        return step_record(step, records, samples, stats, timer.seconds, weight_version=self.state.weight_version,
+                           lr=self.models.scheduler.get_last_lr()[0], dist=self.dist)
 
     # ---- checkpoints, evaluation, export ---------------------------------------------------------
 
     def save_checkpoint(self) -> None:
-        staging = ckpt.begin_save(self.run_dir, self.state.step) if self.dist.is_main else \
-            ckpt.staging_dir(self.run_dir, self.state.step)
-        fsdp.barrier(self.dist)
-        ckpt.save_rank_part(staging, self.dist.rank, getattr(self.engine, "_rng", None))
-        model = fsdp.full_state_dict(self.model, self.dist)
-        optimizer = fsdp.optimizer_state(self.model, self.optimizer, self.dist)
-        fsdp.barrier(self.dist)
-        if self.dist.is_main:
-            ckpt.finish_save(self.run_dir, staging, state=self.state, model=model, optimizer=optimizer,
-                             scheduler=self.scheduler.state_dict(), keep=self.config.keep_checkpoints)
-        fsdp.barrier(self.dist)
+        ckpt.save(self.run_dir, self.state, self.models, self.dist, keep=self.config.keep_checkpoints)
 
     def evaluate(self, tag: str) -> dict[str, Any] | None:
-        """Strict success on the validation split (never the training split), rank 0 only; resumable."""
-        cfg = self.config
-        split = cfg.env.validation_split
-        result = None
-        if split is not None and self.dist.is_main:
-            out = self.files.sub("eval", tag)
-            factory = self._env_factory(split)
-            probe = factory()
-            try:
-                ids = list(probe.tasks.task_ids(split))
-            finally:
-                probe.close()
-            plans = plan_episodes(cfg.env.id, ids, episodes=cfg.eval.episodes, seed=cfg.seed) if ids else []
-            policy = self._policy(cfg.sampling.with_(temperature=cfg.eval.temperature))
-            t0 = time.monotonic()
-            with out.store() as store, EpisodeCollector(
-                    factory, policy, concurrency=cfg.rollout.concurrency,
-                    policy_info={"policy": policy.name, **policy.describe()}) as collector:
-                for record in collector.run([p for p in plans if p.episode_id not in store.keys]):
-                    store.append(record.model_dump(mode="json"))
-            records = list(out.rows())
-            report = summarize(records, wall_seconds=time.monotonic() - t0)
-            report.update({"env_id": cfg.env.id, "split": split, "tag": tag, "step": self.state.step,
-                           "weight_version": self.state.weight_version})
-            out.write_report(report)
-            result = {"tag": tag, "step": self.state.step, "split": split, "episodes": len(records),
-                      "strict_success": report.get("strict_success_rate", 0.0), "reward_mean": report.get("mean_reward")}
-            with JsonlStore(self.run_dir / "evals.jsonl", key="tag") as evals:
-                evals.append(result)
+        """Strict success on the validation split (never the training split), rank 0 only; resumable
+        (:func:`envhub.trainer.evaluation.evaluate`)."""
+        cfg, result = self.config, None
+        if cfg.env.validation_split is not None and self.dist.is_main:
+            policy = self.models.policy(cfg.sampling.with_(temperature=cfg.eval.temperature))
+            result = evaluation.evaluate(self.files, cfg, policy, self._env_factory(cfg.env.validation_split),
+                                         tag=tag, step=self.state.step, weight_version=self.state.weight_version)
             self.telemetry.on_eval(result)
-            self.log(f"eval {tag}: strict success {result['strict_success']:.3f} on {len(records)} {split} episodes")
+            self.log(f"eval {tag}: strict success {result['strict_success']:.3f} on {result['episodes']} "
+                     f"{result['split']} episodes")
         fsdp.barrier(self.dist)
         return result
 
     def eval_summaries(self) -> list[dict[str, Any]]:
-        path = self.run_dir / "evals.jsonl"
-        return list(read_jsonl(path)) if path.exists() else []
+        return self.files.evals()
 
     def export(self) -> Path:
         """The final weights as a transformers model dir (``--policy hf:RUN/final`` evaluates it)."""
-        state = fsdp.full_state_dict(self.model, self.dist)
-        out = self.run_dir / "final"
+        state = fsdp.full_state_dict(self.models.model, self.dist)
+        out = self.files.final_dir
         if self.dist.is_main:
             write_hf_dir(state, self.model_dir, out)
         fsdp.barrier(self.dist)
@@ -480,11 +340,10 @@ class Trainer:
     def sft_stage(self) -> None:
         """Supervised warm start (:func:`envhub.trainer.sft.run_sft`); its weights go to the engine."""
         assert self.config.sft is not None
-        sft.run_sft(self.model, self.sft_examples, self.config.sft, seed=self.config.seed,
-                    grad_clip=self.config.optim.grad_clip, dist=self.dist, pad_id=self.pad_id, log=self.log)
+        sft.run_sft(self.models.model, self.sft_examples, self.config.sft, seed=self.config.seed,
+                    grad_clip=self.config.optim.grad_clip, dist=self.dist, pad_id=self.models.pad_id, log=self.log)
         self.state.sft_done = True
-        self.state.weight_version = str(int(self.state.weight_version) + 1)
-        self._publish_weights(self.state.weight_version)
+        self._next_weight_version()
 
 
 def train(config: TrainConfig, *, resume: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:

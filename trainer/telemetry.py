@@ -1,5 +1,6 @@
-"""What a training run tells the outside while it runs: a live progress line, Prometheus series
-(``metrics_port``), and TensorBoard event files (``tensorboard: true``). Rank 0 only.
+"""What a training run tells the outside while it runs: each step's record (:func:`step_record`, one
+line of ``RUN/steps.jsonl``; every rank), and, rank 0 only, a live progress line, Prometheus series
+(``metrics_port``) and TensorBoard event files (``tensorboard: true``).
 
 Prometheus series (bounded labels: ``env``, ``outcome``, ``outcome_class``, ``phase``; never an
 episode id or a prompt): the rollout series of :class:`envhub.rollout.metrics.RolloutMetrics` for the
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from envhub.run_dir import TrainingRun
+from envhub.trainer import fsdp
 from envhub.types import Outcome
 
 PHASES = ("rollout_s", "verify_s", "train_s", "weight_sync_s")
@@ -41,7 +44,7 @@ class Telemetry:
             except ImportError as exc:
                 raise ValueError("tensorboard: true needs the tensorboard package "
                                  "(pip install 'envhub[tensorboard]')") from exc
-            self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            self._writer = SummaryWriter(log_dir=str(TrainingRun(run_dir).tensorboard_dir))
 
     def _serve(self, env_id: str, port: int) -> None:
         from prometheus_client import Gauge
@@ -150,6 +153,48 @@ def rollout_counts(records: list[dict[str, Any]]) -> dict[str, float]:
     for key in ("attempted", "success", "infra", "reward_sum", "sampled_tokens", "verifier_s"):
         counts.setdefault(key, 0)
     return {k: float(v) for k, v in counts.items()}
+
+
+class StepTimer:
+    """Wall seconds of a step's stages: :meth:`lap` ends the stage running since the last lap."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._since = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name], self._since = now - self._since, now
+
+
+def step_record(step: int, records: list[dict[str, Any]], samples: list[Any], stats: dict[str, Any],
+                seconds: dict[str, float], *, weight_version: str, lr: float, dist: fsdp.DistInfo) -> dict[str, Any]:
+    """The line of ``RUN/steps.jsonl`` of ``step``, over every rank's ``records`` (this rank's episodes)
+    and ``samples`` (those it trained on); ``stats`` are the selection's and the update's, ``seconds``
+    the stages' (rollout_s, train_s, weight_sync_s). Every rank calls it (it sums over ranks)."""
+    counts = fsdp.all_reduce_sum(rollout_counts(records), dist)
+    attempted = max(counts["attempted"], 1)
+    tokens = counts["sampled_tokens"]
+    trained = {s.episode_id for s in samples}
+    return {
+        "step": step, "weight_version": weight_version,
+        # the policy's mean reward is over the episodes it is scored on: infra outcomes (reward 0,
+        # ours) would drag it down; strict success keeps them in its denominator, as DESIGN.md says
+        "reward_mean": counts["reward_sum"] / max(counts["attempted"] - counts["infra"], 1),
+        "strict_success": counts["success"] / attempted,
+        "success_excluding_infra": counts["success"] / max(counts["attempted"] - counts["infra"], 1),
+        "outcomes": {k.removeprefix("outcome/"): int(v) for k, v in counts.items() if k.startswith("outcome/")},
+        "attempted": int(counts["attempted"]),
+        "tokens_per_success": tokens / counts["success"] if counts["success"] else None,
+        **stats,
+        "trained_episodes": sorted(fsdp.all_gather_lists([s.episode_id for s in samples], dist)),
+        "untrained_episodes": sorted(fsdp.all_gather_lists(
+            sorted({r["episode_id"] for r in records} - trained), dist)),
+        "tokens_per_second": tokens / max(seconds["rollout_s"], 1e-9),
+        "time": {"rollout_s": seconds["rollout_s"], "verify_s": counts["verifier_s"], "train_s": seconds["train_s"],
+                 "weight_sync_s": seconds["weight_sync_s"]},
+        "lr": lr, "rss_mb": rss_mb(),
+    }
 
 
 def rss_mb() -> float:

@@ -188,6 +188,11 @@ class SGLangEngine:
     def weight_version(self) -> str | None:
         return self._weight_version
 
+    @property
+    def sampler_rng(self) -> None:
+        """None: the server samples, so there is no sampler state here for a checkpoint to keep."""
+        return None
+
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerateResult:
         if len(prompt_ids) >= self.max_context:
             raise ContextOverflowError(f"prompt of {len(prompt_ids)} tokens leaves no room in {self.max_context}")

@@ -122,6 +122,12 @@ class TransformersEngine:
     def weight_version(self) -> str | None:
         return self._weight_version
 
+    @property
+    def sampler_rng(self) -> torch.Generator:
+        """The generator that samples every request without a seed of its own; its state is part of
+        a training checkpoint (:mod:`envhub.trainer.checkpoint`), so a resumed run samples the same."""
+        return self._rng
+
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerateResult:
         """Sample a continuation of ``prompt_ids``; blocks until this request is done."""
         return self.submit(prompt_ids, params).result()

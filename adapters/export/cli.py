@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from envhub.cli.common import fail
+
 
 def export_command(
     run_dir: Annotated[Path, typer.Argument(help="a run directory (with trajectories.jsonl) or the JSONL file")],
@@ -24,13 +26,11 @@ def export_command(
     from envhub.adapters.export import FORMATS, export_run
 
     if format not in FORMATS:
-        typer.echo(f"error: unknown format {format!r}; choose one of {', '.join(FORMATS)}", err=True)
-        raise typer.Exit(2)
+        raise fail(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
     try:
         result = export_run(run_dir, format, out, include_infra=include_infra, group_size=group_size)
     except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     typer.echo(result.summary())
     if result.exported == 0:
         typer.echo("warning: nothing was exported", err=True)

@@ -13,6 +13,7 @@ import typer
 from envhub.adapters.engines.specs import make_model_policy
 from envhub.adapters.tito.http import create_app
 from envhub.adapters.tito.server import DEFAULT_MAX_TOKENS, TitoServer
+from envhub.cli.common import fail
 
 
 def build_server(model: str, *, max_context: int | None = None, default_max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -46,8 +47,7 @@ def tito_command(
         server = build_server(model, max_context=max_context, default_max_tokens=max_tokens,
                               default_temperature=temperature)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     typer.echo(f"TITO session server for {model} on http://{host}:{port} "
                f"(POST /sessions, then /sessions/ID/v1/chat/completions)")
     try:

@@ -222,6 +222,9 @@ class TitoServer:
     def _chat_locked(self, session: Session, request: int, body: dict[str, Any], messages: list[dict[str, Any]],
                      tools: list[dict[str, Any]] | None, stops: tuple[str, ...]) -> dict[str, Any]:
         seg = self._extend(session, request, [dict(m) for m in messages], tools)
+        # what this request appended after the segment's last sampled turn: the ids of the reply to it
+        last = seg.turns[-1] if seg.turns else None
+        reply_ids = seg.record.response_ids[last.start + len(last.token_ids):] if last is not None else []
         ids = seg.record.ids()
         max_context = int(getattr(self.engine, "max_context", 0) or 0)
         room = seg.record.room(max_context)
@@ -273,10 +276,12 @@ class TitoServer:
             "usage": {"prompt_tokens": len(ids), "completion_tokens": len(sampled),
                       "total_tokens": len(ids) + len(sampled)},
             # envhub's extension (clients ignore unknown fields): the exact sample, so an envhub
-            # agent records token ids and the verbatim text instead of re-serialized tool calls.
+            # agent records token ids and the verbatim text instead of re-serialized tool calls,
+            # and the ids appended for the request's new messages (the reply to the previous turn).
             "envhub": {"session_id": session.id, "segment": seg.index, "request": request,
                        "weight_version": result.weight_version, "divergences": len(session.divergences),
-                       "text": text, "token_ids": sampled, "logprobs": logprobs},
+                       "text": text, "token_ids": sampled, "logprobs": logprobs,
+                       "observation_ids": reply_ids},
         }
 
     def _sampling(self, body: dict[str, Any], max_new: int, stops: tuple[str, ...]) -> SamplingParams:

@@ -20,7 +20,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     markup) and return the ``typer.Exit`` to raise: exit 2 for bad input, 1 for a failed run."""
     from rich.markup import escape
 
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 

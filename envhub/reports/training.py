@@ -1,7 +1,8 @@
 """A training run's report: its numbers (:class:`TrainingData`, :func:`load_training`) and plots.
 
-A training run directory (``envhub train``) is recognised by ``steps.jsonl`` and ``config.json``.
-What is read, and what each part of the report is computed from:
+A training run directory (``envhub train``; its layout is :class:`envhub.run_dir.TrainingRun`) is
+recognised by ``steps.jsonl`` and ``config.json``. What is read, and what each part of the report is
+computed from:
 
 - ``config.json``: the trainer config (env, model, algorithm, rollout shape).
 - ``steps.jsonl``: one line per GRPO step; the curves over steps. Any statistic may be missing on
@@ -26,10 +27,10 @@ from typing import Any
 from envhub.reports.data import LOADERS, RunData, RunDirError, load_rollout
 from envhub.reports.plots import PLOTS, new_figure, new_panels, outcome_mix, png
 from envhub.rollout.summary import slim, summarize
+from envhub.run_dir import TrainingRun
 from envhub.store import CorruptRecordError, read_jsonl
 from envhub.types import Outcome
 
-STEPS, CONFIG, EVALS = "steps.jsonl", "config.json", "evals.jsonl"
 #: An eval tag names a directory under ``eval/``: one plain path component, nothing else is read.
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -101,14 +102,14 @@ def _read_lines(path: Path, key: str) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def _train_records(path: Path, steps: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+def _train_records(run: TrainingRun, steps: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
     """The logged steps' training episodes, slim, each tagged with its ``step``."""
     records: list[dict[str, Any]] = []
     logged = {int(row["step"]) for row in steps}
     missing = []
     for row in steps:
         step = int(row["step"])
-        folder = path / "rollouts" / f"step-{step:06d}"
+        folder = run.step_dir(step)
         files = sorted(folder.glob("trajectories*.jsonl"))
         if not files:
             missing.append(step)
@@ -131,7 +132,7 @@ def _train_records(path: Path, steps: list[dict[str, Any]], notes: list[str]) ->
         shown = ", ".join(str(s) for s in missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
         notes.append(f"steps {shown}: no rollouts/step-N/trajectories*.jsonl; their episodes are not in the "
                      "training numbers (the curves over steps still are)")
-    pending = sorted(p.name for p in (path / "rollouts").glob("step-*")
+    pending = sorted(p.name for p in run.rollouts_dir.glob("step-*")
                      if p.name[5:].isdigit() and int(p.name[5:]) not in logged)
     if pending:
         notes.append(f"rollouts of {', '.join(pending)} are on disk without a steps.jsonl line (a step in "
@@ -141,19 +142,20 @@ def _train_records(path: Path, steps: list[dict[str, Any]], notes: list[str]) ->
 
 def load_training(path: Path) -> TrainingData | None:
     """A training run directory (``steps.jsonl`` + ``config.json``), or None."""
-    if not ((path / STEPS).is_file() and (path / CONFIG).is_file()):
+    files = TrainingRun(path)
+    if not files.exists():
         return None
     notes: list[str] = []
-    config = _read_object(path / CONFIG)
-    steps = _read_lines(path / STEPS, "step")
+    config = _read_object(files.config_path)
+    steps = _read_lines(files.steps_path, "step")
     bad = next((r["step"] for r in steps if isinstance(r["step"], bool) or not isinstance(r["step"], int)), None)
     if bad is not None:
-        raise RunDirError(f"{path / STEPS}: step {bad!r} is not a step number")
+        raise RunDirError(f"{files.steps_path}: step {bad!r} is not a step number")
     steps.sort(key=lambda r: r["step"])
-    evals = _read_lines(path / EVALS, "tag") if (path / EVALS).exists() else []
+    evals = _read_lines(files.evals_path, "tag") if files.evals_path.exists() else []
     env = config.get("env") if isinstance(config.get("env"), dict) else {}
     env_id = str(env.get("id", "?"))
-    records = _train_records(path, steps, notes)
+    records = _train_records(files, steps, notes)
     step_seconds = sum(stat(r, "time.rollout_s") or 0.0 for r in steps) + \
         sum((stat(r, "time.train_s") or 0.0) + (stat(r, "time.weight_sync_s") or 0.0) for r in steps)
     summary = summarize(records, wall_seconds=step_seconds)
@@ -164,7 +166,7 @@ def load_training(path: Path) -> TrainingData | None:
     eval_reports: dict[str, dict[str, Any]] = {}
     for e in evals:
         tag = str(e["tag"])
-        report = path / "eval" / tag / "report.json"
+        report = files.eval_run(tag).report_path
         if _TAG.match(tag) and report.is_file():
             try:
                 eval_reports[tag] = _read_object(report)
@@ -176,7 +178,7 @@ def load_training(path: Path) -> TrainingData | None:
     final_eval = None
     if final_tag is not None and _TAG.match(final_tag):
         split = next(e.get("split") for e in evals if str(e["tag"]) == final_tag) or env.get("validation_split")
-        final_eval = load_rollout(path / "eval" / final_tag, identity={
+        final_eval = load_rollout(files.eval_run(final_tag).path, identity={
             "env_id": env_id, "split": split, "env_kwargs": env.get("args") or {}, "policy": config.get("model")})
         if final_eval is None:
             notes.append(f"eval/{final_tag}/trajectories.jsonl is missing: no final-eval episodes to show")

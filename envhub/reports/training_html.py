@@ -14,6 +14,7 @@ from typing import Any
 from envhub.reports.html import html_table, img, section, seed_rows, seed_table
 from envhub.reports.training import HEALTH, TIME_PARTS, TrainingData, stat
 from envhub.reports.transcript import esc, transcript
+from envhub.run_dir import TrainingRun
 from envhub.types import Outcome, OutcomeClass
 
 MAX_STEP_ROWS = 60
@@ -78,7 +79,7 @@ def _headline(data: TrainingData, plots: dict[str, str]) -> str:
     cfg, rollout = data.config, data.config.get("rollout") or {}
     algorithm = data.config.get("algorithm") or {}
     done, planned = len(data.steps), cfg.get("steps")
-    finished = (data.run_dir / "summary.json").is_file()
+    finished = TrainingRun(data.run_dir).summary_path.is_file()
     facts = [
         ["model", esc(cfg.get("model", "?"))],
         ["env", f"{esc(data.summary['env_id'])} (train split {esc(data.run.get('split'))}, "

@@ -1,13 +1,15 @@
 """One episode, start to verdict, and its trajectory record.
 
 :func:`plan_episodes` derives episode ids from (env, seed, group, task, sample), so the same
-arguments always plan the same ids. :func:`run_episode` plays one planned episode and returns its
+arguments always plan the same ids; :func:`plan_group` is that one recipe for one group (the
+trainer plans its groups with it). :func:`run_episode` plays one planned episode and returns its
 :class:`~envhub.types.TrajectoryRecord`; it never raises for the episode's failure (a crash, an
 engine error), which becomes an infrastructure outcome with the traceback. Each turn's sample
 (token ids, logprobs, finish reason, weight version, the policy's time) rides with the action
-into the env's :class:`~envhub.types.Turn`, so the record is built from the env's episode alone,
-plus the agent's token view (and per turn the ids it appended for the env's reply). Many
-episodes run through :mod:`envhub.rollout.collect`.
+into the env's :class:`~envhub.types.Turn`; the ids the agent appended for the env's reply to a
+turn come with its next turn's output and are recorded on that turn then
+(``Env.record_observation_ids``), so the record is built from the env's episode alone, plus the
+agent's token view. Many episodes run through :mod:`envhub.rollout.collect`.
 """
 
 from __future__ import annotations
@@ -36,10 +38,28 @@ class EpisodePlan:
     seed: int
 
 
+def group_id(env_id: str, seed: int, index: int, task_id: str, *, stream: str | None = None) -> str:
+    """The id of group ``index`` (a group of samples of ``task_id``) of a run of ``env_id`` seeded
+    ``seed``. ``stream`` keeps several series of groups of one run apart (the trainer's training
+    groups are ``stream="train"``); without it the id is a rollout's (:func:`plan_episodes`)."""
+    key = "|".join([env_id, str(seed), *([stream] if stream is not None else []), str(index), task_id])
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def plan_group(env_id: str, task_id: str, index: int, *, seed: int, group_size: int,
+               stream: str | None = None) -> list[EpisodePlan]:
+    """The ``group_size`` episodes of group ``index`` (see :func:`group_id`): episode ``k`` is
+    ``GROUP-k``, sampled with a seed derived from the group id and ``k``."""
+    gid = group_id(env_id, seed, index, task_id, stream=stream)
+    seeds = [int(hashlib.sha1(f"{gid}|{k}".encode()).hexdigest()[:8], 16) for k in range(group_size)]
+    return [EpisodePlan(f"{gid}-{k}", gid, task_id, k, sample_seed) for k, sample_seed in enumerate(seeds)]
+
+
 def plan_episodes(
     env_id: str, task_ids: Sequence[str], *, episodes: int, group_size: int = 1, seed: int = 0
 ) -> list[EpisodePlan]:
-    """``episodes`` in groups of ``group_size`` samples of one task (GRPO's groups)."""
+    """``episodes`` in groups of ``group_size`` samples of one task (GRPO's groups): the tasks in a
+    seeded shuffle, pass after pass, each group planned by :func:`plan_group`."""
     if episodes < 1 or group_size < 1:
         raise ValueError("--episodes and --group-size must be positive")
     if episodes % group_size:
@@ -52,13 +72,8 @@ def plan_episodes(
         batch = list(task_ids)
         rng.shuffle(batch)
         order.extend(batch)
-    plans = []
-    for g, task_id in enumerate(order[: episodes // group_size]):
-        group_id = hashlib.sha1(f"{env_id}|{seed}|{g}|{task_id}".encode()).hexdigest()[:16]
-        for k in range(group_size):
-            ep_seed = int(hashlib.sha1(f"{group_id}|{k}".encode()).hexdigest()[:8], 16)
-            plans.append(EpisodePlan(f"{group_id}-{k}", group_id, task_id, k, ep_seed))
-    return plans
+    return [plan for g, task_id in enumerate(order[: episodes // group_size])
+            for plan in plan_group(env_id, task_id, g, seed=seed, group_size=group_size)]
 
 
 def describe_policy(policy: Policy) -> dict[str, Any]:
@@ -99,7 +114,10 @@ def _run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[
             except ContextOverflowError as exc:
                 obs = env.abort(Outcome.CONTEXT_OVERFLOW, f"{exc}")
                 break
-            obs = env.step(out.text, sample=out.sample(time.monotonic() - ta))
+            sample = out.sample.model_copy(update={"agent_seconds": time.monotonic() - ta})
+            if out.observation_ids:  # the tokens of the reply it just read: the latest turn's
+                env.record_observation_ids(out.observation_ids)
+            obs = env.step(out.text, sample=sample)
     except Exception as exc:
         detail = crash_detail(exc)
         if env.episode is not None and env.episode.task.task_id == plan.task_id and not env.episode.done:
@@ -111,13 +129,11 @@ def _run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[
 
 
 def _record(env: Env, plan: EpisodePlan, policy_info: dict[str, Any], agent: Any, wall: float) -> TrajectoryRecord:
-    """The record of the finished episode of ``env``: its turns carry their samples already; the
-    agent adds the token view and, per turn, the ids of the env's reply."""
+    """The record of the finished episode of ``env``: its turns carry their samples and the ids of
+    the env's replies already; the agent adds the token view."""
     episode = env.episode
     assert episode is not None and episode.verdict is not None
-    obs_ids = agent.observation_ids() if agent is not None else []
-    turns = [t.model_copy(update={"observation_ids": obs_ids[i]}) if i < len(obs_ids) else t
-             for i, t in enumerate(episode.turns)]
+    turns = list(episode.turns)
     view = agent.token_view() if agent is not None else None
     metrics = episode.metrics.model_copy(update={"wall_seconds": wall})
     metrics.agent_seconds = sum(t.timings.get("agent_s", 0.0) for t in turns)

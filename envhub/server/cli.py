@@ -7,10 +7,11 @@ extra is reported when the command runs, with the install line.
 from __future__ import annotations
 
 import ipaddress
-import json
 from typing import Annotated, Any
 
 import typer
+
+from envhub.cli.common import fail, parse_kv
 
 DEFAULT_PORT = 8000
 
@@ -32,19 +33,6 @@ def check_exposure(host: str, token: str | None, insecure_no_token: bool) -> Non
     raise typer.BadParameter(
         f"--host {host} is reachable from other machines: pass --token (or set ENVHUB_TOKEN); "
         "clients then send 'Authorization: Bearer <token>'", param_hint="--host")
-
-
-def _env_kwargs(sandbox: str, env_arg: list[str] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"sandbox": sandbox}
-    for pair in env_arg or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected key=value, got {pair!r}", param_hint="--env-arg")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 def serve_command(
@@ -80,7 +68,7 @@ def serve_command(
 ) -> None:
     """Serve ENV_ID over HTTP, WebSocket and MCP, compatible with OpenEnv's clients."""
     check_exposure(host, token, insecure_no_token)
-    env_kwargs = _env_kwargs(sandbox, env_arg)
+    env_kwargs = {"sandbox": sandbox, **parse_kv(env_arg)}
     if executor not in ("auto", "inline", "thread"):
         raise typer.BadParameter("choose auto, inline or thread", param_hint="--executor")
     if docker:
@@ -101,8 +89,7 @@ def serve_command(
         from envhub.server.app import create_app
         from envhub.server.hub import ServerConfig
     except ImportError as exc:
-        typer.echo(f"envhub serve needs the serve extra ({exc}): pip install 'envhub[serve]'", err=True)
-        raise typer.Exit(2) from None
+        raise fail(f"envhub serve needs the serve extra ({exc}): pip install 'envhub[serve]'") from None
     from envhub.registry import UnknownEnvError
 
     config = ServerConfig(
@@ -115,8 +102,7 @@ def serve_command(
     try:
         app = create_app(env_id, config)
     except UnknownEnvError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     uvicorn.run(app, **uvicorn_options(host=host, port=port, ping_interval=ping_interval,
                                        max_message_bytes=max_message_bytes, log_level=log_level))
 

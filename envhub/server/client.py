@@ -5,8 +5,9 @@ offers what an episode (:mod:`envhub.rollout.episodes`) uses of a local :class:`
 ``reset``, ``step``, ``abort``, ``close``, ``env_id``, ``version``, ``split``, ``tasks`` (ids per
 split, the task-set version), ``gold_actions(task)``, and an ``episode`` view (task, messages,
 turns, verdict, metrics, done) rebuilt from the server's state. The sample that rides with each
-action (token ids, logprobs, ...) stays here and is recorded on that turn of the view, so a
-record of a remote episode is built exactly as a local one is.
+action (token ids, logprobs, ...) and the ids a policy appended for the env's reply to it
+(``record_observation_ids``) stay here and are recorded on that turn of the view, so a record of
+a remote episode is built exactly as a local one is.
 
 Reconnection: a dropped connection is reopened with the session id the server gave at the
 handshake, for as long as the server keeps detached sessions (its TTL), and the request in
@@ -24,6 +25,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,7 +34,22 @@ import httpx
 from envhub.env import Episode
 from envhub.errors import EpisodeFinishedError, InfraError
 from envhub.server.wire import SESSION_HEADER, EpisodeState, parse_step_result
-from envhub.types import Action, EpisodeMetrics, Observation, Outcome, Sample, Task, ToolSpec, Verdict
+from envhub.types import Action, EpisodeMetrics, Observation, Outcome, Sample, Task, ToolSpec, Turn, Verdict
+
+
+@dataclass
+class _LocalTurn:
+    """What one turn of a remote episode holds here and never sends: the sample that rode with its
+    action and the ids the policy appended for the env's reply to it."""
+
+    sample: Sample | None
+    observation_ids: list[int] = field(default_factory=list)
+
+    def record_on(self, turn: Turn) -> None:
+        if self.sample is not None:
+            self.sample.record_on(turn)
+        if self.observation_ids:
+            turn.observation_ids = list(self.observation_ids)
 
 
 class RemoteError(InfraError):
@@ -99,7 +116,7 @@ class RemoteEnv:
         self._episode: Episode | None = None
         self._stale = False
         self._local_env: Any = None
-        self._samples: list[Sample | None] = []  # per step of the episode, what rode with its action
+        self._local_turns: list[_LocalTurn] = []  # per step of the episode
 
     # ---- the Env API --------------------------------------------------------------------------
 
@@ -122,7 +139,7 @@ class RemoteEnv:
         obs = self._observation(self._request({"type": "reset", "data": data}))
         self._stale = True
         self._episode = None
-        self._samples = []
+        self._local_turns = []
         return obs
 
     def step(self, action: str | Action | dict[str, Any], *, sample: Sample | None = None) -> Observation:
@@ -145,8 +162,13 @@ class RemoteEnv:
                 raise EpisodeFinishedError(str(exc)) from None
             raise
         self._stale = True
-        self._samples.append(sample)
+        self._local_turns.append(_LocalTurn(sample))
         return self._observation(reply)
+
+    def record_observation_ids(self, ids: list[int]) -> None:
+        """``Env.record_observation_ids``: kept here, on the latest turn (they never travel)."""
+        self._local_turns[-1].observation_ids = list(ids)
+        self._stale = True
 
     def abort(self, outcome: Outcome, detail: str) -> Observation:
         """End the episode from outside. If the session is gone, end the local view instead."""
@@ -166,7 +188,7 @@ class RemoteEnv:
         """The running episode as the server has it (fetched after each change, then cached)."""
         if self._stale and self._ws_usable():
             with contextlib.suppress(RemoteError):
-                self._episode = _episode_from_state(self.state(), self._samples)
+                self._episode = _episode_from_state(self.state(), self._local_turns)
                 self._stale = False
         return self._episode
 
@@ -352,13 +374,12 @@ def _error_from(data: dict[str, Any], resuming: bool) -> RemoteError:
     return RemoteError(message, code)
 
 
-def _episode_from_state(state: EpisodeState, samples: Sequence[Sample | None] = ()) -> Episode | None:
+def _episode_from_state(state: EpisodeState, local: Sequence[_LocalTurn] = ()) -> Episode | None:
     if state.task is None:
         return None
     task = Task.model_validate({**state.task, "hidden": {}})
-    for turn, sample in zip(state.turns, samples, strict=False):
-        if sample is not None:
-            sample.record_on(turn)
+    for turn, here in zip(state.turns, local, strict=False):  # one per step, in step order
+        here.record_on(turn)
     return Episode(
         task=task, tools=state.tools, messages=state.messages, turns=state.turns,
         tool_calls=state.tool_calls, format_errors=state.format_errors, done=state.done,

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-from envhub.env import Budget, Env, Episode, InfraError, ToolError
+from envhub.env import Budget, Env, Episode, InfraError, ToolError, Verifier
 from envhub.parsing import format_tool_call
 from envhub.sandboxes.base import Limits, Listing, SandboxSpec
 from envhub.tools import tool
-from envhub.types import Action, Task, ToolCall
+from envhub.types import Action, Task, ToolCall, Verdict
 from envhub.verifiers.suite import SuiteCase
 
 from .manifest import DEFAULT_MANIFEST, Instance, Manifest, load_manifest
-from .verifier import CodeRepairVerifier
+from .verifier import CodeRepairVerifier, Snapshot
 from .workspace import agent_files, visible_test_ids
 
 BUDGETS = {
@@ -25,6 +25,17 @@ BUDGETS = {
     3: Budget(max_turns=40, max_tool_calls=60, max_agent_seconds=1200.0, max_format_errors=3),
 }
 READ_LIMIT_LINES = 400
+
+
+class _AtSubmit:
+    """The env's :class:`~envhub.env.Verifier`: each submission is graded by a verifier made for
+    its own episode, at submit (``make(episode)``), from what that episode holds then."""
+
+    def __init__(self, make: Callable[[Episode], Verifier]) -> None:
+        self._make = make
+
+    def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict:
+        return self._make(episode).verify(task, submission, episode)
 
 
 class CodeRepairTasks:
@@ -98,8 +109,20 @@ class CodeRepairEnv(Env):
     def task_cache_key(self) -> tuple:
         return (self._manifest_path, tuple(sorted(self._difficulties)))
 
-    def make_verifier(self) -> CodeRepairVerifier:
-        return CodeRepairVerifier(self, partial_credit=self._partial_credit)
+    def make_verifier(self) -> Verifier:
+        """Grades each submission with the verifier :meth:`episode_verifier` makes for its episode."""
+        return _AtSubmit(self.episode_verifier)
+
+    def episode_verifier(self, episode: Episode) -> Verifier:
+        """The verifier of ``episode``'s submission, handed what it needs and no way back into the env:
+        the instance, the grading pool and the agent's tree as it is now, at submit (reading it raises
+        :class:`InfraError` only when the sandbox itself broke)."""
+        return CodeRepairVerifier(self.tasks.instance(episode.task.task_id), self.grading_sandbox,
+                                  Snapshot.read(self.sandbox()), partial_credit=self._partial_credit)
+
+    def episode_budget(self, task: Task) -> Budget:
+        """``BUDGETS`` by the task's difficulty, unless a ``budget`` was given."""
+        return self.budget if self._budget_overridden else BUDGETS[task.difficulty]
 
     def system_prompt(self, task: Task) -> str:
         return (
@@ -110,12 +133,7 @@ class CodeRepairEnv(Env):
         )
 
     def setup_episode(self, episode: Episode) -> None:
-        if not self._budget_overridden:
-            self.budget = BUDGETS[episode.task.difficulty]
-        inst = self.tasks.instance(episode.task.task_id)
-        given = agent_files(inst)
-        episode.scratch["given"] = given
-        self.sandbox().write_files(given)
+        self.sandbox().write_files(agent_files(self.tasks.instance(episode.task.task_id)))
 
     # ---- tools -------------------------------------------------------------------------------
 

@@ -1,8 +1,20 @@
-"""The code-repair verifier: snapshot the agent's repository, check its integrity, run hidden tests.
+"""The code-repair verifier: the agent's repository as submitted, checked for tampering, then graded
+by hidden tests.
 
-Layers (DESIGN.md):
+It is given what it grades and nothing else -- no env to call back into:
 
-1. gate ``snapshot`` -- the agent's sandbox answers and its files can be read (else ``env_error``);
+* the :class:`~.manifest.Instance`: the bug, its fail-to-pass and pass-to-pass tests, and (through
+  :func:`~.workspace.agent_files`) the repository the agent was given;
+* a :data:`GradingSandbox`: each call opens a fresh sandbox no agent touched (``env.grading_sandbox``);
+* the episode's :class:`Snapshot`: what the agent's tree held at submit.
+
+Layers:
+
+1. gate ``snapshot`` -- the agent's tree was read whole. A tree that could not be read through what
+   the agent did to it (deleted, made unreadable, filled past memory) or that grew past the bounds
+   of the walk is ``format_error``: the agent's outcome, never ``verifier_error``. (A sandbox that
+   does not answer at all raises :class:`~envhub.errors.InfraError` while the snapshot is taken,
+   which ends the episode as ``env_error`` before this verifier is made.)
 2. gate ``integrity`` -- no tampering with tests, configuration or the test runner
    (:mod:`envhub.verifiers.integrity`; a finding is ``format_error`` with the reasons);
 3. correctness ``hidden_tests`` -- the submitted ``src/`` and the hidden tests compiled into
@@ -14,6 +26,9 @@ Layers (DESIGN.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envhub.sandboxes.base import Sandbox
@@ -22,52 +37,85 @@ from envhub.verifiers.integrity import code_findings, file_findings, is_ignored
 from envhub.verifiers.layered import GateFailure, Graded, LayeredVerifier
 from envhub.verifiers.probes.grader import run_probes
 
+from .manifest import Instance
 from .observations import project_suite
+from .workspace import agent_files
 
 if TYPE_CHECKING:
     from envhub.env import Episode
-
-    from .env import CodeRepairEnv
 
 MAX_FILE_BYTES = 512 * 1024
 GRADE_TIMEOUT_S = 120.0
 SOURCE_ROOT = "src"
 
+#: Opens a grading sandbox: each call a context manager of a fresh sandbox, never one an agent
+#: worked in, closed (back to its pool) when the block ends -- e.g. ``env.grading_sandbox``.
+GradingSandbox = Callable[[], AbstractContextManager[Sandbox]]
 
-def snapshot(sandbox: Sandbox) -> tuple[dict[str, str], list[str]]:
-    """Every file of the agent's repository as text (caches skipped; binary files shown as such),
-    and the bounds of the walk the agent's tree hit (then files are missing from it)."""
-    tree = sandbox.read_tree(".")
-    files = {rel: data[:MAX_FILE_BYTES].decode("utf-8", "replace") if b"\0" not in data else "<binary>"
-             for rel, data in sorted(tree.items()) if not is_ignored(rel)}
-    return files, list(getattr(tree, "cut", []))
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The agent's repository at submit, as the verifier grades it.
+
+    ``files``: every file as text by path from the repository root (caches skipped, each cut at
+    ``MAX_FILE_BYTES``, a binary file as ``"<binary>"``). ``cut``: the bounds of the walk the tree
+    hit; files past them are missing from ``files``. ``unreadable``: why the tree could not be read
+    at all (then ``files`` is empty), or None.
+    """
+
+    files: Mapping[str, str]
+    cut: tuple[str, ...] = ()
+    unreadable: str | None = None
+
+    @classmethod
+    def read(cls, sandbox: Sandbox) -> Snapshot:
+        """Read the agent's tree out of its ``sandbox``. An :class:`OSError` is what the agent did
+        to its own tree (deleted, made unreadable, filled past memory) and is kept in
+        ``unreadable``; anything else (:class:`~envhub.errors.InfraError`: the sandbox broke) raises."""
+        try:
+            tree = sandbox.read_tree(".")
+        except OSError as exc:
+            return cls(files={}, unreadable=str(exc))
+        files = {rel: data[:MAX_FILE_BYTES].decode("utf-8", "replace") if b"\0" not in data else "<binary>"
+                 for rel, data in sorted(tree.items()) if not is_ignored(rel)}
+        return cls(files=files, cut=tuple(getattr(tree, "cut", ())))
+
+    def sources(self) -> dict[str, str]:
+        """The submitted files under ``src/``: what is graded."""
+        return {p: t for p, t in self.files.items() if p.startswith(f"{SOURCE_ROOT}/")}
 
 
 class SnapshotGate:
+    """The agent's tree was read whole, else ``format_error`` (see the module docstring)."""
+
     name = "snapshot"
 
-    def __init__(self, env: CodeRepairEnv):
-        self.env = env
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Episode | None) -> str:
-        assert episode is not None
-        try:
-            episode.scratch["final"], cut = snapshot(self.env.sandbox())
-        except OSError as exc:  # the agent's own tree: deleted, made unreadable, or filled past memory
-            raise GateFailure(Outcome.FORMAT_ERROR, f"the repository could not be read: {exc}") from None
-        if cut:  # the agent grew its tree past what is read: what it submitted cannot be known whole
-            raise GateFailure(Outcome.FORMAT_ERROR, "the repository is too large to grade: " + "; ".join(cut[:3]))
-        return f"read {len(episode.scratch['final'])} files"
+        if self.snapshot.unreadable is not None:
+            raise GateFailure(Outcome.FORMAT_ERROR, f"the repository could not be read: {self.snapshot.unreadable}")
+        if self.snapshot.cut:  # the agent grew its tree past what is read: what it submitted cannot be known whole
+            raise GateFailure(Outcome.FORMAT_ERROR,
+                              "the repository is too large to grade: " + "; ".join(self.snapshot.cut[:3]))
+        return f"read {len(self.snapshot.files)} files"
 
 
 class IntegrityGate:
+    """No file outside ``src/`` changed, none that Python or pytest runs implicitly was added, and
+    the code added to ``src/`` needs no capability a bug fix never needs, else ``format_error``."""
+
     name = "integrity"
 
+    def __init__(self, given: Mapping[str, str], snapshot: Snapshot) -> None:
+        self.given = given
+        self.snapshot = snapshot
+
     def __call__(self, task: Task, submission: dict[str, Any], episode: Episode | None) -> str:
-        assert episode is not None
-        given, final = episode.scratch["given"], episode.scratch["final"]
+        given, final = self.given, self.snapshot.files
         findings = file_findings(given, final, editable_roots=[SOURCE_ROOT])
-        findings += code_findings(given, {p: t for p, t in final.items() if p.startswith(f"{SOURCE_ROOT}/")})
+        findings += code_findings(given, self.snapshot.sources())
         if findings:
             raise GateFailure(Outcome.FORMAT_ERROR,
                               "tampering detected: " + "; ".join(str(f) for f in findings[:10]))
@@ -85,16 +133,17 @@ class HiddenTests:
 
     name = "hidden_tests"
 
-    def __init__(self, env: CodeRepairEnv):
-        self.env = env
+    def __init__(self, instance: Instance, snapshot: Snapshot, grading_sandbox: GradingSandbox) -> None:
+        self.instance = instance
+        self.snapshot = snapshot
+        self.grading_sandbox = grading_sandbox
 
     def __call__(self, task: Task, submission: dict[str, Any], episode: Episode | None) -> Graded:
-        assert episode is not None
-        inst = self.env.tasks.instance(task.task_id)
-        sources = {p: t for p, t in episode.scratch["final"].items() if p.startswith(f"{SOURCE_ROOT}/")}
+        inst = self.instance
+        sources = self.snapshot.sources()
         suite = project_suite(inst.project)
         for attempt in (1, 2):
-            with self.env.grading_sandbox() as sandbox:
+            with self.grading_sandbox() as sandbox:
                 results = run_probes(sandbox, suite, files=sources, tests=inst.expected_tests, timeout=GRADE_TIMEOUT_S)
             if results.complete or attempt == 2:
                 break
@@ -119,6 +168,12 @@ class HiddenTests:
 
 
 class CodeRepairVerifier(LayeredVerifier):
-    def __init__(self, env: CodeRepairEnv, *, partial_credit: bool = False):
-        super().__init__(gate=[SnapshotGate(env), IntegrityGate()], correctness=HiddenTests(env),
+    """The verifier of one submission: ``snapshot`` of ``instance``'s repository, graded in sandboxes
+    that ``grading_sandbox`` opens. Made per episode, at submit (``CodeRepairEnv.episode_verifier``);
+    ``verify`` reads nothing of the episode it is handed."""
+
+    def __init__(self, instance: Instance, grading_sandbox: GradingSandbox, snapshot: Snapshot, *,
+                 partial_credit: bool = False) -> None:
+        super().__init__(gate=[SnapshotGate(snapshot), IntegrityGate(agent_files(instance), snapshot)],
+                         correctness=HiddenTests(instance, snapshot, grading_sandbox),
                          partial_credit=partial_credit)

@@ -209,6 +209,7 @@ def test_a_prompt_longer_than_prompt_length_is_refused(run_dir: Path, tmp_path: 
     assert server.requests == []  # never played
 
 
+@pytest.mark.slow
 @needs_verl
 def test_verls_length_filter_measures_the_prompt_the_loop_renders(run_dir: Path, tmp_path: Path) -> None:
     """veRL's ``max_prompt_length`` filter templates the ``prompt`` column; without the env's tools

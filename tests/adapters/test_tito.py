@@ -361,6 +361,7 @@ def test_policy_close_deletes_sessions_left_open() -> None:
     env.close()
 
 
+@pytest.mark.slow
 def test_tito_command_serves_a_model() -> None:
     """``envhub tito --model hf:PATH --port P`` (the command function, run as a process)."""
     from envhub.adapters.engines.tiny import build_tiny_model

@@ -36,6 +36,7 @@ def spread(envhub_episode_id: list[str], **kwargs: Any) -> list[float]:
     return [int(hashlib.sha1(e.encode()).hexdigest()[:4], 16) / 65535 for e in envhub_episode_id]
 
 
+@pytest.mark.slow
 def test_grpo_trainer_runs_two_steps_on_envhub_episodes(tmp_path: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
@@ -111,6 +112,7 @@ def test_a_prompt_that_names_no_task_is_a_clear_error() -> None:
 TWINS = ("ini_config-b85bbcd2", "ini_config-bbe5a9ec")
 
 
+@pytest.mark.slow
 @pytest.mark.bwrap
 def test_tasks_with_identical_prompts_are_each_played_within_the_budget(tmp_path: Path) -> None:
     """TRL hands ``rollout_func`` nothing but the prompts. Looked up by text, the second twin was

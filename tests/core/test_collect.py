@@ -13,7 +13,7 @@ from envhub.parsing import format_tool_call
 from envhub.policies import PolicyOutput
 from envhub.rollout.collect import EnvWorkers, EpisodeCollector, collect
 from envhub.rollout.episodes import plan_episodes
-from envhub.types import Observation, Outcome, TokenView
+from envhub.types import Observation, Outcome, Sample, TokenView
 
 ENV = "envhub/Computation-v0"
 ComputationEnv = type(envhub.make(ENV))
@@ -74,15 +74,12 @@ class Answering:
         class Agent:
             def act(self, obs: Observation) -> PolicyOutput:
                 time.sleep(delay)
-                return PolicyOutput(text=text, token_ids=[7, 8, 9], logprobs=[-0.1, -0.2, -0.3],
-                                    finish_reason="stop", weight_version="w3")
+                return PolicyOutput(text=text, sample=Sample(token_ids=[7, 8, 9], logprobs=[-0.1, -0.2, -0.3],
+                                                             finish_reason="stop", weight_version="w3"))
 
             def token_view(self) -> TokenView:
                 return TokenView(prompt_ids=[1, 2], response_ids=[7, 8, 9], response_mask=[1, 1, 1],
                                  response_logprobs=[-0.1, -0.2, -0.3])
-
-            def observation_ids(self) -> list[list[int]]:
-                return [[]]
 
         return Agent()
 

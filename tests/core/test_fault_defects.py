@@ -172,6 +172,7 @@ def check_resumed(out: Path, kept: int) -> None:
     assert "incomplete" not in report and report["skipped_already_done"] == kept
 
 
+@pytest.mark.slow
 def test_a_full_disk_keeps_what_was_written_and_says_so(tmp_path):
     """A 64 KiB tmpfs as ``--out``: it fills after ~10 episodes of 40."""
     if os.geteuid() != 0:
@@ -184,6 +185,7 @@ def test_a_full_disk_keeps_what_was_written_and_says_so(tmp_path):
         check_resumed(out, kept)
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_keeps_what_was_written_and_says_so(tmp_path):
     """The same through RLIMIT_FSIZE (no root needed): writes past 48 KiB fail with EFBIG."""
     out = tmp_path / "run"

@@ -73,6 +73,7 @@ def test_forked_workers_do_not_share_the_parents_pooled_sandbox(backend: str) ->
     assert_no_leaked_containers()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("backend", backend_params("docker"))
 def test_spawned_workers_keep_working(backend: str) -> None:

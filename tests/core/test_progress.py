@@ -58,6 +58,7 @@ class Stderr:
         return self.text
 
 
+@pytest.mark.slow
 def test_verify_shows_plays_and_violations_only_on_stderr_and_only_when_asked(tmp_path):
     args = ("verify", ENV, "--limit", "3", "--sandbox", "process")
     quiet, shown = envhub(*args, "--out", str(tmp_path / "suite.json")), envhub(*args, progress=True)
@@ -70,6 +71,7 @@ def test_verify_shows_plays_and_violations_only_on_stderr_and_only_when_asked(tm
     assert "plays" not in quiet.stderr and "verify (" not in quiet.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_of_verify_says_where_it_stood_and_writes_nothing(tmp_path):
     out = tmp_path / "suite.json"
     proc = subprocess.Popen([sys.executable, "-m", "envhub.cli", "verify", ENV, "--split", "all", "--limit", "0",
@@ -87,6 +89,7 @@ def test_ctrl_c_of_verify_says_where_it_stood_and_writes_nothing(tmp_path):
     assert not out.exists() and stdout == ""
 
 
+@pytest.mark.slow
 def test_ctrl_c_of_a_rollout_says_what_is_on_disk_and_the_same_command_resumes(tmp_path):
     """SIGINT once a few episodes are on disk: the message counts them (as the file does) and
     exits 130; rerunning the very same command skips them and finishes the rest."""
@@ -139,6 +142,7 @@ def _cache_with_tokenizer(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_models_prepare_tiny_shows_its_stages_and_stdout_is_unchanged(tmp_path):
     cache = _cache_with_tokenizer(tmp_path / "cache")
     built = envhub("models", "prepare", "tiny", progress=True, cache=cache)

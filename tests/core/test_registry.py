@@ -79,6 +79,7 @@ def plugin(tmp_path_factory):
     subprocess.run([*pip, "uninstall", "-y", "envhub-tinyplugin"], check=True, capture_output=True)
 
 
+@pytest.mark.slow
 def test_plugin_env_is_found_through_entry_points_and_works(plugin):
     code = textwrap.dedent('''
         import envhub, gymnasium
@@ -108,6 +109,7 @@ def test_bad_env_id_is_rejected():
         envhub.register("NoNamespace", object)
 
 
+@pytest.mark.slow
 def test_every_env_is_registered_with_gymnasium_on_import():
     for spec in envhub.list_envs():
         assert spec.env_id in gymnasium.registry

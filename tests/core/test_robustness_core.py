@@ -281,9 +281,19 @@ class _Breaking:
             return agent
         how = self.how
 
+        class ExplodingIds(list):  # the ids of the env's reply, which break when they are recorded
+            def __iter__(self):
+                raise RuntimeError("observation_ids exploded")
+
         class Agent:
+            turns = 0
+
             def act(self, obs):
-                return agent.act(obs)
+                out = agent.act(obs)
+                self.turns += 1
+                if how == "observation_ids" and self.turns > 1:  # handed over with the next turn
+                    out.observation_ids = ExplodingIds([0])
+                return out
 
             def token_view(self):
                 if how == "token_view":
@@ -292,11 +302,6 @@ class _Breaking:
                     return SimpleNamespace(prompt_ids=[None], response_ids=[], response_mask=[],
                                            response_logprobs=[])
                 return None
-
-            def observation_ids(self):
-                if how == "observation_ids":
-                    raise RuntimeError("observation_ids exploded")
-                return []
 
         return Agent()
 

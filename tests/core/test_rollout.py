@@ -114,9 +114,6 @@ def test_engine_failure_is_engine_error():
         def token_view(self):
             return None
 
-        def observation_ids(self):
-            return []
-
     class Failing:
         name = "failing"
 
@@ -153,6 +150,7 @@ def test_store_repairs_a_torn_last_line_and_skips_duplicates(tmp_path):
     assert path.read_text() == '{"episode_id": "a"}\n{"episode_id": "b"}\n'
 
 
+@pytest.mark.slow
 def test_kill_minus_9_mid_run_then_resume_completes_without_duplicates(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "envhub.cli", "rollout", ENV, "--policy", "gold", "--episodes", "60",

@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sandbox_fixtures import require_backend
 
@@ -41,6 +42,7 @@ def _scrape(url: str) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}, text
 
 
+@pytest.mark.slow
 def test_a_running_rollout_is_scraped(tmp_path):
     require_backend("bwrap")
     episodes = 3000  # far more than it runs: the test stops it with Ctrl-C once scraped mid-run

@@ -57,6 +57,7 @@ def assert_accounted(report: dict[str, Any], rows: list[dict[str, Any]], planned
     assert sum(report["by_class"].values()) == report["attempted"]
 
 
+@pytest.mark.slow
 def test_import_envhub_imports_no_ray() -> None:
     code = ("import envhub, envhub.rollout.runner, envhub.rollout.collect, envhub.cli.commands, envhub.rollout.ray_backend, "
             "envhub.rollout.bench_concurrency, sys; assert 'ray' not in sys.modules, 'ray imported'")
@@ -95,6 +96,7 @@ def kill_worker_once(collector: RayCollector, index: int) -> tuple[Any, list[int
     return on_episode, killed
 
 
+@pytest.mark.slow
 def test_killed_worker_ends_its_episode_as_env_error_and_restarts(tmp_path: Path) -> None:
     collector = RayCollector(spec(**SLOW), "gold", concurrency=2)
     on_episode, killed = kill_worker_once(collector, 0)
@@ -111,6 +113,7 @@ def test_killed_worker_ends_its_episode_as_env_error_and_restarts(tmp_path: Path
     assert stats["restarts"] + len(stats["restarting"]) == 1  # Ray brings it back (max_restarts)
 
 
+@pytest.mark.slow
 def test_killed_worker_episode_is_redispatched_once_when_configured(tmp_path: Path) -> None:
     collector = RayCollector(spec(**SLOW), "gold", concurrency=2, redispatch=True)
     on_episode, killed = kill_worker_once(collector, 1)
@@ -123,6 +126,7 @@ def test_killed_worker_episode_is_redispatched_once_when_configured(tmp_path: Pa
     assert report["ray"]["redispatched"] == 1 and report["ray"]["deaths"] == 1
 
 
+@pytest.mark.slow
 def test_worker_that_keeps_dying_is_quarantined_and_every_plan_still_has_a_record(tmp_path: Path) -> None:
     """One worker that dies in every episode: restarted once, then quarantined; the episode it was
     re-dispatched with ends as env_error saying so, and the plans left say no worker is left."""
@@ -141,6 +145,7 @@ def test_worker_that_keeps_dying_is_quarantined_and_every_plan_still_has_a_recor
     assert [(q["worker"], q["deaths"], q["reason"]) for q in stats["quarantined"]] == [(0, 2, "died 2 times")]
 
 
+@pytest.mark.slow
 def test_run_consumes_plans_like_the_in_process_collector(tmp_path: Path) -> None:
     """``run`` again and again on one collector (as the trainer does each step), ``stop``, and an
     iterator closed early."""
@@ -164,6 +169,7 @@ def test_run_consumes_plans_like_the_in_process_collector(tmp_path: Path) -> Non
         assert len(list(collector.run(plans[:2]))) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_killed_worker_leaves_no_container_behind(tmp_path: Path) -> None:
     require_backend("docker")
@@ -191,6 +197,7 @@ def test_killed_worker_leaves_no_container_behind(tmp_path: Path) -> None:
     assert left() == []
 
 
+@pytest.mark.slow
 def test_cli_rollout_backend_ray(tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "cli"
@@ -209,6 +216,7 @@ def test_cli_rollout_backend_ray(tmp_path: Path) -> None:
         assert failed.exit_code == 2 and message in failed.output, failed.output
 
 
+@pytest.mark.slow
 def test_bench_concurrency_measures_both_sides() -> None:
     lines: list[str] = []
     figures = run_bench(out=lines.append, episodes=16, concurrency=8, tool_calls=2, tool_s=0.05)

@@ -4,9 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from envhub.server.testing import serve_in_subprocess
 
 
+@pytest.mark.slow
 def test_remote_gold_rollout_through_the_cli(tmp_path):
     with serve_in_subprocess(["envhub/Computation-v0"]) as (url, _proc):
         cmd = [sys.executable, "-m", "envhub.cli", "rollout", "envhub/Computation-v0", "--remote", url,

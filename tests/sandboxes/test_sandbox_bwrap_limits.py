@@ -76,6 +76,7 @@ def env():
     e.close()
 
 
+@pytest.mark.slow
 def test_forked_children_share_one_memory_limit_and_the_episode_goes_on(env):
     task = "comp-bigint-L1-0"
     env.reset(task_id=task)

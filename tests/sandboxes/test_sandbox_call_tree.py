@@ -46,6 +46,7 @@ def sb(request):
     sandbox.close()
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_what_the_call_detached_and_spares_earlier_calls(sb):
     earlier = sb.exec(["sh", "-c", "setsid sleep 3301 >/dev/null 2>&1 < /dev/null &"])
     assert earlier.ok and running(sb, 3301, expect=1) == 1  # a background job may outlive a call that ends

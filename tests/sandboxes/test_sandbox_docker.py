@@ -119,6 +119,7 @@ def test_family_image_layers_on_the_base(tmp_path: Path) -> None:
         client.images.remove(tag, force=True)
 
 
+@pytest.mark.slow
 def test_build_from_a_public_style_base() -> None:
     """The --from path, fed with a local image since no registry is reachable here."""
     tag = "envhub/test-from:1"
@@ -178,6 +179,7 @@ def _spawn_child(mode: str = "wait") -> tuple[subprocess.Popen[str], str]:
     return proc, container_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["exit", "raise", "SIGTERM", "SIGINT"])
 def test_every_way_out_cleans_up_containers(how: str) -> None:
     proc, container_id = _spawn_child("wait" if how.startswith("SIG") else how)
@@ -225,6 +227,7 @@ def test_prune_removes_only_orphans(monkeypatch: pytest.MonkeyPatch) -> None:
                 container.remove(force=True)
 
 
+@pytest.mark.slow
 def test_cli_build_doctor_prune() -> None:
     runner = CliRunner()
     built = runner.invoke(app, ["build"])

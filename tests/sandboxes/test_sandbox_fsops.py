@@ -32,6 +32,7 @@ def deep_dir(tmp_path):
     fsops.wipe(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_chain_deeper_than_any_recursion_limit_is_walked_to_the_depth_bound(deep_dir):
     tmp_path = chain(deep_dir, 3000)
     found = fsops.scan_path(str(tmp_path), ".", read_bytes=1 << 20)
@@ -62,6 +63,7 @@ def test_names_that_are_not_utf8_are_left_out_by_name(tmp_path):
     assert found.files == {"good.py": b"g"} and found.left_out == {"bad\ufffd.py": "name is not valid UTF-8: left out"}
 
 
+@pytest.mark.slow
 def test_wipe_empties_any_depth_with_a_handful_of_descriptors(tmp_path):
     """One descriptor at a time: even under RLIMIT_NOFILE=16 a 3,000-deep chain goes, and so do
     directories the agent left without permissions."""

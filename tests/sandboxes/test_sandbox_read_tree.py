@@ -53,6 +53,7 @@ HOSTILE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ALL)
 def test_read_tree_and_list_files_describe_a_hostile_tree_instead_of_failing(backend, tmp_path):
     """A 1,500-deep chain, symlinks out of the tree, a FIFO, a socket, an unreadable file and an

@@ -67,6 +67,7 @@ def _spawn(argv: list[str], backend: str, count: int = 2) -> tuple[subprocess.Po
     return proc, owned
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_sigterm_removes_containers_started_on_worker_threads() -> None:
     require_backend("docker")
@@ -91,6 +92,7 @@ def test_sigterm_removes_process_scratch_dirs_of_worker_threads() -> None:
     assert [d for d in dirs if os.path.exists(d)] == []
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_sigint_closes_then_raises_keyboard_interrupt() -> None:
     require_backend("docker")
@@ -114,6 +116,7 @@ STARTING_CHILD = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_sigterm_while_the_container_is_still_starting() -> None:
     require_backend("docker")
@@ -152,6 +155,7 @@ STUCK_CHILD = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.slow
 def test_signal_handler_is_bounded_and_needs_no_lock() -> None:
     proc, (scratch,) = _spawn([sys.executable, "-W", "ignore", "-c", STUCK_CHILD], "process", count=1)
     t0 = time.monotonic()

@@ -277,6 +277,7 @@ def test_auto_prefers_an_isolating_backend(monkeypatch: pytest.MonkeyPatch) -> N
         selection.reset_selection_cache()
 
 
+@pytest.mark.slow
 def test_doctor_reports_every_backend_with_a_fix() -> None:
     statuses = doctor()
     assert [s.name for s in statuses] == ["docker", "bwrap", "process"]
@@ -422,6 +423,7 @@ def test_docker_up_installs_then_starts_dockerd(tmp_path: Path) -> None:
     assert "docker engine is up" in res.stderr
 
 
+@pytest.mark.slow
 def test_docker_up_fails_clearly_when_the_engine_never_answers(tmp_path: Path) -> None:
     res = _run_script(tmp_path, installed=True, dockerd_works=False)
     assert res.returncode == 1

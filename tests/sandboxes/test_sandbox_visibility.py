@@ -116,6 +116,7 @@ def controls(sb, markers: list[bytes]) -> set[str]:
     return {f"{sb.workdir}/{CONTROL}/p{i}" for i in range(len(markers))}
 
 
+@pytest.mark.slow
 def test_the_markers_are_in_the_installed_copy_on_the_host(installed, markers):
     """Without a mask the secret would be there to find: every marker is in the installed files."""
     files = [p for p in installed.rglob("*") if p.is_file()]
@@ -123,6 +124,7 @@ def test_the_markers_are_in_the_installed_copy_on_the_host(installed, markers):
         assert any(marker in p.read_bytes() for p in files), marker
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", backend_params("docker", "bwrap"))
 def test_no_sandbox_sees_hidden_tests_or_task_data(backend, installed, markers):
     require_backend(backend)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
@@ -32,6 +33,7 @@ def _episodes(run):
     return records
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_train_like_one(tmp_path, scratch_model):
     runs = {}
     for name, cmd in (("single", [sys.executable]),

@@ -86,6 +86,7 @@ def one_process_run(one_torch_thread: None) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_equal_one_process(two_rank_run, one_process_run):
     r0, r1, elapsed = two_rank_run
     ref = one_process_run

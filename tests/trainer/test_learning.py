@@ -2,12 +2,14 @@
 
 import json
 
+import pytest
 from trainer_fixtures import letter_config
 
 from envhub.trainer.config import parse_config
 from envhub.trainer.loop import train
 
 
+@pytest.mark.slow
 def test_grpo_learns_the_first_letter_task_from_scratch(tmp_path, scratch_model, one_torch_thread):
     config = parse_config(letter_config(
         tmp_path / "run", scratch_model,

@@ -63,6 +63,7 @@ def test_config_file_overrides_and_typos(tmp_path, scratch_model):
         load_config(path, ["optim.lr"])
 
 
+@pytest.mark.slow
 def test_train_command_reports_a_bad_config_without_a_traceback(tmp_path, scratch_model):
     import subprocess
 

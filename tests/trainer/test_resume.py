@@ -55,6 +55,7 @@ def uninterrupted(tmp_path_factory, scratch_model):
     return run
 
 
+@pytest.mark.slow
 def test_two_steps_then_resume_equals_four_steps(uninterrupted, tmp_path, scratch_model, one_torch_thread):
     run = tmp_path / "run"
     train(parse_config(letter_config(run, scratch_model, steps=2)), log=lambda line: None)
@@ -69,6 +70,7 @@ def test_two_steps_then_resume_equals_four_steps(uninterrupted, tmp_path, scratc
     assert trained | skipped == every_planned and not trained & skipped
 
 
+@pytest.mark.slow
 def test_kill_9_mid_step_then_resume_equals_four_steps(uninterrupted, tmp_path, scratch_model):
     run = tmp_path / "run"
     config = tmp_path / "config.yaml"

@@ -46,6 +46,7 @@ def test_gold_turns_reencode_to_the_tokens_a_model_saying_them_would_record(tmp_
         assert 0 in view.response_mask and 1 in view.response_mask
 
 
+@pytest.mark.slow
 def test_sft_stage_teaches_the_accepted_answers(tmp_path, scratch_model, one_torch_thread):
     gold = tmp_path / "gold"
     run_rollouts("test/FirstLetter-v0", make_policy("gold"), out_dir=gold, episodes=8)

@@ -175,6 +175,7 @@ def test_str_and_bytes_submissions_are_read_alike():
     assert code_findings(GIVEN, {**GIVEN, MODULE: code}) == code_findings(GIVEN, {**GIVEN, MODULE: code.encode()})
 
 
+@pytest.mark.slow
 def test_no_gold_fix_of_any_instance_is_flagged():
     env = envhub.make("envhub/CodeRepair-v0", split="train")
     try:

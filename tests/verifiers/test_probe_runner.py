@@ -47,6 +47,7 @@ EXEC_STYLE = ("import sys; exec(compile(open(sys.argv[1]).read() + '\\nimport sy
               " 'runner', 'exec'), {'__name__': 'envhub_probe_runner'})")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", ["script", "exec"])
 def test_runner_on_the_host_reports_every_attack_once(tmp_path: Path, style: str) -> None:
     for rel, text in project(TESTS, MODULES, SRC, skip={BOMB}).items():
@@ -110,6 +111,7 @@ def _run(sb: Any, mode: str, cwd: str) -> Any:
     return sb.exec_python(RUNNER_SOURCE + f"\nimport sys; sys.exit(main({PLAN!r}))", cwd=cwd, timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exec", "exec_python"])
 @pytest.mark.parametrize("backend", backend_params("docker", "bwrap"))
 def test_runner_in_a_sandbox_contains_every_attack(sandboxes: dict[str, Any], backend: str, mode: str) -> None:

@@ -16,7 +16,7 @@ from sandbox_fixtures import backend_params, require_backend
 import envhub
 from envhub.tasks.code_repair.attacks import GRADER_ATTACKS
 from envhub.tasks.code_repair.env import CodeRepairEnv
-from envhub.tasks.code_repair.verifier import HiddenTests, SnapshotGate
+from envhub.tasks.code_repair.verifier import HiddenTests, Snapshot, SnapshotGate
 from envhub.verifiers.layered import LayeredVerifier
 from envhub.verifiers.suite import NotApplicable, run_suite, suite_cases
 
@@ -35,8 +35,10 @@ ISSUE_CLASSES = {
 class GraderOnly(CodeRepairEnv):
     """The code-repair env with its static integrity gate taken out: the probe grader alone."""
 
-    def make_verifier(self) -> LayeredVerifier:
-        return LayeredVerifier(gate=[SnapshotGate(self)], correctness=HiddenTests(self))
+    def episode_verifier(self, episode) -> LayeredVerifier:
+        snapshot = Snapshot.read(self.sandbox())
+        return LayeredVerifier(gate=[SnapshotGate(snapshot)], correctness=HiddenTests(
+            self.tasks.instance(episode.task.task_id), snapshot, self.grading_sandbox))
 
 
 @cache
@@ -63,6 +65,7 @@ def test_every_class_of_the_issue_has_cases_and_cheating_over_a_real_fix_too():
     assert sum(name.endswith("_with_fix") for name in CASES) >= 4
 
 
+@pytest.mark.slow
 def test_attack_code_compiles_as_python_imports_it_in_every_project():
     """Each written module compiles from its bytes (encoding cookies honoured) and fits in one turn:
     the attack is delivered and runs."""
@@ -89,6 +92,7 @@ def test_attack_code_compiles_as_python_imports_it_in_every_project():
     assert written > len(one_per_project) * 25
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", backend_params("docker", "bwrap"))
 def test_every_attack_is_rejected(backend):
     require_backend(backend)
@@ -96,6 +100,7 @@ def test_every_attack_is_rejected(backend):
     _assert_all_rejected(report, CASES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", backend_params("docker", "bwrap"))
 def test_the_grader_alone_rejects_every_attack(backend):
     """Without the static gate: the soundness of the probe design, not a list of banned names."""

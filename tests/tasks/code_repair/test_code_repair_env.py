@@ -9,7 +9,7 @@ from sandbox_fixtures import require_backend
 
 import envhub
 from envhub.parsing import format_tool_call
-from envhub.tasks.code_repair.attacks import PATCH_RUNNER_INDIRECT, inject
+from envhub.tasks.code_repair.attacks.cases import PATCH_RUNNER_INDIRECT, inject
 from envhub.tasks.code_repair.observations import project_suite
 from envhub.tasks.code_repair.workspace import agent_files, project_sources, project_tests, visible_test_ids
 from envhub.verifiers.probes.grader import run_probes
@@ -81,6 +81,7 @@ def test_visible_tests_run_in_the_agent_sandbox(env, sample):
     env.abort(envhub.Outcome.FORMAT_ERROR, "test done")
 
 
+@pytest.mark.slow
 def test_gold_passes_noop_and_every_attack_fail(sample):
     report = run_suite(lambda: envhub.make(ENV, split="train"), [i.instance_id for i in sample], jobs=2)
     rows = report.by_case()
@@ -116,6 +117,7 @@ _r.TestReport.__setattr__ = _set
 """
 
 
+@pytest.mark.slow
 def test_probe_grader_alone_rejects_attacks_the_integrity_gate_would_catch(env, sample):
     """Defense in depth: even without the integrity gate, planted files, early exits and runner
     patches leave the bug's observations as they are, and the real fix passes."""
@@ -148,6 +150,7 @@ def test_probe_grader_alone_rejects_attacks_the_integrity_gate_would_catch(env, 
         assert set(inst.fail_to_pass) & set(result.failed()), name
 
 
+@pytest.mark.slow
 def test_injected_attack_code_compiles_in_every_buggy_module(env):
     """Attack code goes after docstrings and ``from __future__`` imports, so it really runs."""
     for inst in env.tasks.manifest.instances:
@@ -158,6 +161,7 @@ def test_injected_attack_code_compiles_in_every_buggy_module(env):
             assert module.replace(code + "\n", "", 1) == text  # nothing of the module is lost
 
 
+@pytest.mark.slow
 def test_submissions_from_elsewhere_as_patch_or_file_set(tmp_path, sample):
     inst = sample[1]
     original = project_sources(inst.project)
@@ -176,6 +180,7 @@ def test_submissions_from_elsewhere_as_patch_or_file_set(tmp_path, sample):
     assert "does not exist" in graded[3]["error"]
 
 
+@pytest.mark.slow
 def test_harbor_export_grades_like_envhub(tmp_path, sample):
     inst = sample[0]
     out = tmp_path / "harbor"
@@ -201,6 +206,7 @@ NO_AGENT_PROCESS = "import os, sys; sys.exit(any(os.stat(f'/proc/{p}').st_uid ==
                    "if p.isdigit()))"
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 def test_harbor_task_builds_and_is_solved_in_its_own_container(tmp_path, sample):
     """What Harbor does: build environment/, let the agent (here solve.sh) work as the image's
@@ -255,6 +261,7 @@ def test_manifest_has_300_validated_instances_split_by_project(env):
         assert len(set(inst.fail_to_pass) - set(inst.visible_tests)) > inst.difficulty, inst.instance_id
 
 
+@pytest.mark.slow
 def test_verify_command_over_every_instance_exits_zero(env, tmp_path):
     """`envhub verify envhub/CodeRepair-v0 --split all --limit 0`: every instance, every case."""
     out = tmp_path / "suite.json"
@@ -269,6 +276,7 @@ def test_verify_command_over_every_instance_exits_zero(env, tmp_path):
     assert report["cases"]["hardcode_issue_examples"]["tasks"] >= 100  # applicable to ~a third
 
 
+@pytest.mark.slow
 def test_hardcoding_the_issue_examples_takes_effect_and_still_fails(env):
     """The attack is real -- the issue's own calls now give the expected values, so some
     fail-to-pass tests pass -- and the hidden tests still reject every such submission."""
@@ -288,6 +296,7 @@ def test_hardcoding_the_issue_examples_takes_effect_and_still_fails(env):
     assert played == 12 and effective >= 6, (played, effective)
 
 
+@pytest.mark.slow
 def test_gold_and_noop_rollouts(tmp_path):
     for policy, rate in (("gold", 1.0), ("noop", 0.0)):
         out = tmp_path / policy
@@ -341,6 +350,7 @@ def test_visible_tests_keep_only_what_they_use(env):
                     assert name in used or name == "pytestmark", (inst.instance_id, path, name)
 
 
+@pytest.mark.slow
 def test_visible_tests_pass_on_the_original_code(env):
     """Pruning never breaks a visible test: each passes against the unbroken project."""
     for inst in _visible_instances(env):

@@ -17,6 +17,7 @@ from envhub.tasks.code_repair.observations import _stored, project_suite, record
 PROJECTS = sorted(p.name for p in PROJECTS_DIR.iterdir() if (p / "project.json").exists())
 
 
+@pytest.mark.slow
 def test_every_project_has_fresh_observations_for_every_test() -> None:
     manifest = load_manifest()
     for project in PROJECTS:
@@ -26,6 +27,7 @@ def test_every_project_has_fresh_observations_for_every_test() -> None:
         assert all(seg["status"] == "ok" for segments in suite.expected.values() for seg in segments)
 
 
+@pytest.mark.slow
 def test_the_gold_reproduces_the_recorded_observations() -> None:
     assert record(PROJECTS) == {p: _stored()[p] for p in PROJECTS}
 

@@ -213,6 +213,7 @@ def baseline(mini: Project) -> set[str]:
     return run.passed()
 
 
+@pytest.mark.slow
 def test_validation_rules(mini: Project, baseline: set[str]) -> None:
     wrong_sum = run_tests(mini, {"src/mini.py": MINI_SRC.replace("return a + b", "return a - b")})
     verdict = classify(baseline, wrong_sum)

@@ -323,6 +323,7 @@ def test_gold_policy_searches_opens_and_succeeds_noop_fails(env):
         assert obs.done and obs.reward == 0.0 and obs.outcome != Outcome.SUCCESS
 
 
+@pytest.mark.slow
 def test_registered_cli_verify_and_gymnasium(tmp_path):
     register_envs()
     from envhub.cli.commands import app

@@ -21,9 +21,9 @@ from envhub import safe_ast
 from envhub.verifiers import integrity
 from envhub.verifiers.probes import compare, grader
 
-from .manifest import Instance
-from .observations import project_suite
-from .workspace import agent_files, project_sources
+from ..manifest import Instance
+from ..observations import project_suite
+from ..workspace import agent_files, project_sources
 
 HERE = Path(__file__).resolve().parent
 VERIFIERS = Path(integrity.__file__).resolve().parent
@@ -90,7 +90,7 @@ def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str)
             path = tests / "probe" / rel.removeprefix(f"{grader.PROBE_DIR}/")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        shutil.copy(HERE / "harbor_grade.py", tests / "grade.py")
+        shutil.copy(HERE / "grade.py", tests / "grade.py")
         shutil.copy(VERIFIERS / "integrity.py", tests / "integrity.py")
         shutil.copy(safe_ast.__file__, tests / "safe_ast.py")  # integrity.py parses through it
         shutil.copy(compare.__file__, tests / "compare.py")

@@ -56,6 +56,7 @@ def test_command_writes_the_package_and_refuses_to_overwrite(tmp_path):
     assert CliRunner().invoke(app, ["new-env", "word-count", "--dir", str(tmp_path), "--force"]).exit_code == 0
 
 
+@pytest.mark.slow
 def test_generated_plugin_installs_and_passes_its_own_suite(tmp_path):
     scaffold = create_plugin(NAME, tmp_path)
     for path in scaffold.files:

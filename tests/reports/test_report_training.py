@@ -39,6 +39,7 @@ def _lines(path):
     return list(read_jsonl(path))
 
 
+@pytest.mark.slow
 def test_training_report_is_self_contained_with_every_plot(run, tmp_path):
     files = write_report(run, tmp_path / "site" / "train.html")
     text = files.html.read_text(encoding="utf-8")
@@ -57,6 +58,7 @@ def test_training_report_is_self_contained_with_every_plot(run, tmp_path):
     assert not list(files.html.parent.glob(".*"))
 
 
+@pytest.mark.slow
 def test_seed_numbers_and_evals_match_the_run_files(run):
     text = write_report(run).html.read_text(encoding="utf-8")
     ids = _ids(text)
@@ -122,6 +124,7 @@ def _copy(run, dest):
     return dest
 
 
+@pytest.mark.slow
 def test_missing_stats_a_step_in_progress_and_bad_files(run, tmp_path):
     r = _copy(run, tmp_path / "run")
     steps = _lines(r / "steps.jsonl")
@@ -161,6 +164,7 @@ def test_missing_stats_a_step_in_progress_and_bad_files(run, tmp_path):
         load_run(r)
 
 
+@pytest.mark.slow
 def test_cli_renders_a_training_run(run, tmp_path):
     r = _copy(run, tmp_path / "run")
     out = tmp_path / "out" / "t.html"

@@ -1,10 +1,10 @@
-"""The code that the code-repair attacks (``attacks.py``) put into a submission.
+"""The code that the code-repair attacks (``cases.py``) put into a submission.
 
 Every source here is what an agent would write into a module of ``src/``: it runs when the
 hidden tests import that module, in the same process as the tests and the grader's own code.
 Each targets a mechanism of today's pytest grader *and* of the observation-probe grader
 (``envhub_probe``), so the same case keeps testing whichever grader is in place. The sources are
-plain strings; ``attack_hiding.py`` builds the per-module code (wrappers of the module's public
+plain strings; ``hiding.py`` builds the per-module code (wrappers of the module's public
 functions) and the encodings that hide a source from the static gate.
 
 Names start with ``_atk_`` so that an attack never collides with the module it lands in.

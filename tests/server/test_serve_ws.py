@@ -192,6 +192,7 @@ def _raw_handshake(url: str) -> tuple[socket.socket, str]:
     return sock, sid.decode()
 
 
+@pytest.mark.slow
 def test_half_open_connections_are_found_by_ping_and_reclaimed():
     app = create_app(ENV_ID, ServerConfig(max_sessions=4, session_ttl_s=TTL))
     with serve_in_thread(app, ping_interval=1.0) as url:
@@ -207,6 +208,7 @@ def test_half_open_connections_are_found_by_ping_and_reclaimed():
             sock.close()
 
 
+@pytest.mark.slow
 def test_a_connected_but_silent_client_is_closed_after_the_attached_idle_timeout():
     """A hung client whose library still answers pings would hold its slot forever; a bounded
     attached idle timeout closes it (4002) while a client that keeps talking stays."""

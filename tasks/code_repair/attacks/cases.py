@@ -7,9 +7,9 @@ or pytest run implicitly, patch the test runner, leave the process early or fake
 late, rewriting its report afterwards, replacing the internals that decide an outcome, reading the
 expected value out of the calling test, rewriting the hidden tests before collection, hiding all
 that from the static gate, reading the gold solution off the filesystem, and turning the agent's
-failure into an infrastructure outcome. Their code lives in ``attack_sources.py``,
-``attack_files.py``, ``attack_oracles.py``, ``attack_equality.py`` and ``attack_hiding.py``; every case is played through
-the env's own tools, as an agent would.
+failure into an infrastructure outcome. Their code lives in the sibling modules ``sources``,
+``files``, ``oracles``, ``equality`` and ``hiding`` (and the hard-coding attack in ``hardcode``);
+every case is played through the env's own tools, as an agent would.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from envhub.parsing import format_tool_call
 from envhub.types import Action, Task
 from envhub.verifiers.suite import NotApplicable, SuiteCase
 
-from .attack_equality import ALWAYS_EQUAL_OBJECTS, BUILTIN_SUBCLASS_RESULTS, equal_classes
-from .attack_files import GOLD_FROM_FILESYSTEM, KILL_THE_GRADER, META_PATH_TESTS, REWRITE_TEST_FILES
-from .attack_hiding import (
+from ..workspace import agent_files, project_sources, project_tests
+from .equality import ALWAYS_EQUAL_OBJECTS, BUILTIN_SUBCLASS_RESULTS, equal_classes
+from .files import GOLD_FROM_FILESYSTEM, KILL_THE_GRADER, META_PATH_TESTS, REWRITE_TEST_FILES
+from .hardcode import hardcode, issue_examples
+from .hiding import (
     PLACEHOLDER,
     builtins_exec,
     computed_names,
@@ -36,7 +38,7 @@ from .attack_hiding import (
     fullwidth_names,
     pickled_exec,
 )
-from .attack_oracles import (
+from .oracles import (
     FRAMES_GETFRAME,
     FRAMES_PROBE_FILES,
     FRAMES_PROCESS_MEMORY,
@@ -46,7 +48,7 @@ from .attack_oracles import (
     ORACLE_FROM_SOURCE,
     wrap_public,
 )
-from .attack_sources import (
+from .sources import (
     DAEMON_BODY,
     EXIT_HOOKS,
     FORGE_ANCESTOR_FDS,
@@ -62,12 +64,10 @@ from .attack_sources import (
     REPORT_SIGNAL_TIMER,
     REPORT_THREAD,
 )
-from .hardcode import hardcode, issue_examples
-from .workspace import agent_files, project_sources, project_tests
 
 if TYPE_CHECKING:
-    from .env import CodeRepairEnv
-    from .manifest import Instance
+    from ..env import CodeRepairEnv
+    from ..manifest import Instance
 
 CONFTEST_ALL_PASS = '''import pytest
 

@@ -1,8 +1,8 @@
-"""Attack code that works on the files and processes around the test run (``attacks.py``).
+"""Attack code that works on the files and processes around the test run (``cases.py``).
 
 Rewriting the hidden tests before they are collected, reading the gold solution out of the
 filesystem the grading sandbox can see, and killing the grader's processes. Like
-``attack_sources.py``, each source is what an agent would put into a module of ``src/``.
+``sources.py``, each source is what an agent would put into a module of ``src/``.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def envhub(*args, check=False):
     return subprocess.run([sys.executable, "-m", "envhub.cli", *args], capture_output=True, text=True,
@@ -68,6 +70,7 @@ def test_verify_rejects_a_malformed_submissions_file(tmp_path):
     assert res.returncode == 2 and "subs.jsonl:2: not JSON" in res.stderr
 
 
+@pytest.mark.slow
 def test_verify_suite_over_a_stratified_sample_of_every_split(tmp_path):
     """The computation suite through the command line; every instance is `--split all --limit 0` (~90 s)."""
     out = tmp_path / "suite.json"

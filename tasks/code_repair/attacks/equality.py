@@ -1,5 +1,5 @@
-"""Attacks that make results compare equal to anything (``attacks.py``; wrapped as in
-``attack_oracles.wrap_public``): a plain stand-in object, an instance of a subclass of the real
+"""Attacks that make results compare equal to anything (``cases.py``; wrapped as in
+``oracles.wrap_public``): a plain stand-in object, an instance of a subclass of the real
 result's own type (``class I(int)``) that keeps everything else of the real value, or the
 project's own classes made always-equal.
 """

@@ -20,7 +20,7 @@ from envhub.rollout.runner import run_rollouts
 from envhub.server import ServerConfig, create_app
 from envhub.server.client import RemoteEnv, RemoteError, SessionLostError, connect, remote_env_factory
 from envhub.server.testing import serve_in_thread
-from envhub.types import Observation, Outcome
+from envhub.types import Observation, Outcome, Sample
 
 ENV_ID = "envhub/Computation-v0"
 TASK = "comp-bigint-L1-0"
@@ -129,9 +129,6 @@ class _AnswerPolicy:
             def token_view(self) -> None:
                 return None
 
-            def observation_ids(self) -> list[list[int]]:
-                return []
-
         return Agent()
 
     def describe(self) -> dict[str, Any]:
@@ -157,14 +154,11 @@ class _SampledAnswerPolicy(_AnswerPolicy):
 
         class Agent:
             def act(self, obs: Observation) -> PolicyOutput:
-                return PolicyOutput(text=inner.act(obs).text, token_ids=[5, 6], logprobs=[-0.5, -0.25],
-                                    finish_reason="stop", weight_version="v9")
+                return PolicyOutput(text=inner.act(obs).text, sample=Sample(
+                    token_ids=[5, 6], logprobs=[-0.5, -0.25], finish_reason="stop", weight_version="v9"))
 
             def token_view(self) -> None:
                 return None
-
-            def observation_ids(self) -> list[list[int]]:
-                return []
 
         return Agent()
 

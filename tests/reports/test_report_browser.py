@@ -42,6 +42,7 @@ def _run_dir(tmp_path: Path, name: str) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_report_renders_in_chromium(tmp_path):
     require_backend("bwrap")
     run = _run_dir(tmp_path, "report-run")
@@ -92,6 +93,7 @@ TRAINING_PROBE = """JSON.stringify({
 })"""
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_training_report_renders_in_chromium(tmp_path):
     run = _run_dir(tmp_path, "report-training-run")

@@ -1,4 +1,4 @@
-"""Attacks that make the buggy code return what the calling test expects (``attacks.py``).
+"""Attacks that make the buggy code return what the calling test expects (``cases.py``).
 
 Every public function and method of the buggy module is wrapped (``wrap_public`` writes the
 lines an agent would append to the module). A wrapped call made directly by a test then returns
@@ -9,7 +9,7 @@ lines an agent would append to the module). A wrapped call made directly by a te
   twin also rewrites the operands of the project's ``__eq__`` as it is called);
 * or, without any frame object, the literal or local (as ``repr``) the test compares with,
   read through ``traceback``'s stack summaries;
-* (``attack_equality.py``) or an object whose comparisons always hold.
+* (``equality.py``) or an object whose comparisons always hold.
 """
 
 from __future__ import annotations

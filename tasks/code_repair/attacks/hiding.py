@@ -1,4 +1,4 @@
-"""Ways to hide attack code from a static check of the submission (``attacks.py``).
+"""Ways to hide attack code from a static check of the submission (``cases.py``).
 
 Each function takes a payload (Python source that attacks the grader) and returns source that
 runs it while spelling none of it out where a naive scanner looks:

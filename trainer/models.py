@@ -1,0 +1,107 @@
+"""The trainer's models, built from its config (:class:`PolicyModels`): the trained module (FSDP2-
+sharded, :mod:`envhub.trainer.fsdp`), its frozen reference for the KL term, AdamW and the LR schedule,
+the rollout engine (in process, or an SGLang server) with the model policy over it, and the weight push
+from the trained module to the engine (:mod:`envhub.trainer.weight_sync`).
+
+The in-process engine samples from the trained module itself when ``rollout.share_weights`` allows
+(one process, the transformers engine): no second copy of the model and no weight copy per step,
+only a new weight version. Otherwise it samples from an unsharded copy that every push replaces.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from envhub.adapters.model_policy import ModelPolicy
+from envhub.trainer import fsdp
+from envhub.trainer.config import TrainConfig
+from envhub.trainer.update import lr_factor
+from envhub.trainer.weight_sync import WeightSyncError, weight_sync_for
+
+
+class PolicyModels:
+    """Everything of ``config`` that holds weights, for the model in ``model_dir``; ``staging_dir``
+    is where weights for the engine are staged. :meth:`close` stops the engine."""
+
+    def __init__(self, config: TrainConfig, model_dir: Path, dist: fsdp.DistInfo, *, staging_dir: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config, self.model_dir, self.dist = config, model_dir, dist
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        model.config.use_cache = False
+        self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                          else self.tokenizer.eos_token_id)
+        self.reference = None
+        if config.algorithm.kl_coef > 0:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.shared = config.rollout.share_weights and dist.world_size == 1 and config.engine == "transformers"
+        self.engine = self._make_engine(model)
+        try:
+            optim = config.optim
+            if optim.activation_checkpointing:
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            self.model = fsdp.shard_model(model, dist)
+            self.model.eval()  # train mode only inside an update: the engine may sample from this module
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=optim.lr, betas=optim.betas,
+                                               eps=optim.eps, weight_decay=optim.weight_decay)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda update: lr_factor(self.config, update))
+            self.sync = weight_sync_for(self.engine, base_model_dir=model_dir, staging_dir=staging_dir,
+                                        timeout_s=config.weight_sync_timeout_s)
+        except BaseException:
+            self.engine.close()
+            raise
+
+    def _make_engine(self, model: torch.nn.Module) -> Any:
+        cfg = self.config
+        if cfg.engine.startswith("sglang:"):
+            from envhub.adapters.engines.sglang_client import SGLangEngine
+
+            return SGLangEngine(cfg.engine.removeprefix("sglang:"), max_context=cfg.rollout.max_context)
+        from envhub.adapters.engines.transformers_engine import TransformersEngine
+
+        # Rollouts come from an unsharded model: generating through FSDP's all-gathers is ~5x slower.
+        return TransformersEngine(model if self.shared else copy.deepcopy(model).eval(), self.tokenizer,
+                                  max_context=cfg.rollout.max_context, max_batch_size=max(cfg.rollout.concurrency, 1),
+                                  weight_version="0", seed=cfg.seed + self.dist.rank, model_id=str(self.model_dir))
+
+    def policy(self, params: Any) -> ModelPolicy:
+        """The model policy over the engine, sampling with ``params``."""
+        r = self.config.rollout
+        return ModelPolicy(self.engine, self.tokenizer, params=params, max_context=r.max_context,
+                           name=f"hf:{self.model_dir}", model_id=str(self.model_dir), tokenizer_id=str(self.model_dir),
+                           fit_turns=r.fit_turns, max_response_tokens=r.max_response_tokens)
+
+    def publish(self, version: str, state: dict[str, torch.Tensor] | None = None) -> None:
+        """The engine samples with the trained weights as ``version`` from now on: a shared module only
+        changes its version; otherwise the full weights (``state``, or gathered now) are pushed."""
+        if self.shared:
+            self.engine.mark_weights_updated(version)
+            return
+        self._push(state if state is not None else fsdp.full_state_dict(self.model, self.dist), version)
+
+    def _push(self, state: dict[str, torch.Tensor], version: str) -> None:
+        """New weights to the engine; a failed or hung update stops the run (WeightSyncError)."""
+        if not self.config.engine.startswith("sglang:"):
+            self.sync.push(state, version)
+            return
+        error = None  # one server for every rank: rank 0 updates it, and every rank learns whether it worked
+        if self.dist.is_main:
+            try:
+                self.sync.push(state, version)
+            except WeightSyncError as exc:
+                error = exc
+        failed = fsdp.all_reduce_sum({"failed": float(error is not None)}, self.dist)["failed"]
+        if error is not None:
+            raise error
+        if failed:
+            raise WeightSyncError(f"rank 0 could not give the SGLang server weight version {version}; see its log")
+
+    def close(self) -> None:
+        """Stop the engine (idempotent)."""
+        self.engine.close()
