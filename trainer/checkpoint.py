@@ -4,6 +4,8 @@
 
 * ``model.pt`` -- the full (unsharded) model state dict;
 * ``optimizer.pt`` -- the full optimizer state; ``scheduler.pt`` -- the LR scheduler's;
+* ``reference.pt`` -- with ``kl_coef > 0``, once GRPO has started: the KL reference (the policy after
+  SFT), so that a resumed run uses the reference the uninterrupted one did;
 * ``rng-rank{R}.pt`` -- per rank: python's, numpy's and torch's RNG states and the engine sampler's;
 * ``state.json`` -- the step, the weight version, whether the SFT stage is done, the data cursor and
   the curriculum the run draws from (so a resume samples exactly the tasks the run would have).
@@ -66,15 +68,17 @@ def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.Dist
     fsdp.barrier(dist)
     if dist.is_main:
         finish_save(run_dir, staging, state=state, model=model, optimizer=optimizer,
-                    scheduler=models.scheduler.state_dict(), keep=keep)
+                    scheduler=models.scheduler.state_dict(), keep=keep, reference=models.reference_state())
     fsdp.barrier(dist)
 
 
 def restore(path: Path, models: PolicyModels, dist: fsdp.DistInfo) -> tuple[TrainState, dict[str, torch.Tensor]]:
-    """Every rank: the checkpoint at ``path`` loaded into ``models`` (weights, optimizer, schedule, this
-    rank's RNG states); returns its state and the full model state dict (for the engine)."""
+    """Every rank: the checkpoint at ``path`` loaded into ``models`` (weights, optimizer, schedule, KL
+    reference, this rank's RNG states); returns its state and the full model state dict (for the engine)."""
     loaded = load_checkpoint(path, dist.rank)
     fsdp.load_full_state_dict(models.model, loaded.model, dist)
+    if loaded.reference is not None:
+        models.load_reference(loaded.reference)
     fsdp.load_optimizer_state(models.model, models.optimizer, loaded.optimizer, dist)
     models.scheduler.load_state_dict(loaded.scheduler)
     if loaded.rng is not None:
@@ -146,9 +150,12 @@ def save_rank_part(staging: Path, rank: int, engine_rng: torch.Generator | None)
 
 
 def finish_save(run_dir: Path, staging: Path, *, state: TrainState, model: dict[str, torch.Tensor],
-                optimizer: dict[str, Any], scheduler: dict[str, Any], keep: int) -> Path:
+                optimizer: dict[str, Any], scheduler: dict[str, Any], keep: int,
+                reference: dict[str, torch.Tensor] | None = None) -> Path:
     """Rank 0, after every rank's part is in ``staging``: publish the checkpoint, then prune old ones."""
     _save_tensor_file(model, staging / "model.pt")
+    if reference is not None:
+        _save_tensor_file(reference, staging / "reference.pt")
     _save_tensor_file(optimizer, staging / "optimizer.pt")
     _save_tensor_file(scheduler, staging / "scheduler.pt")
     write_json_atomic(staging / "state.json", asdict(state))
@@ -173,6 +180,7 @@ class Checkpoint:
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
     rng: dict[str, Any] | None
+    reference: dict[str, torch.Tensor] | None = None
 
 
 def load_checkpoint(path: Path, rank: int) -> Checkpoint:
@@ -183,4 +191,5 @@ def load_checkpoint(path: Path, rank: int) -> Checkpoint:
 
     rng_file = path / f"rng-rank{rank}.pt"
     return Checkpoint(path, state, load("model.pt"), load("optimizer.pt"), load("scheduler.pt"),
-                      torch.load(rng_file, weights_only=False) if rng_file.exists() else None)
+                      torch.load(rng_file, weights_only=False) if rng_file.exists() else None,
+                      load("reference.pt") if (path / "reference.pt").exists() else None)

@@ -75,13 +75,20 @@ class AlgorithmConfig(_Section):
     #: None: the same as clip_low (dapo's paper uses 0.28)
     clip_high: float | None = Field(None, ge=0)
     std_normalize: bool = True
-    #: outcome classes whose episodes never enter the loss (DESIGN.md: infra failures)
+    #: outcome classes whose episodes never enter the loss (DESIGN.md: infra failures); a list
+    #: without infra_failure is refused unless train_on_infra is true
     exclude_classes: tuple[str, ...] = ("infra_failure",)
+    #: train on infra outcomes (env_error, verifier_error, engine_error) as reward-0 failures anyway
+    train_on_infra: bool = False
     drop_zero_variance: bool = True
     #: give truncated episodes (budget_exhausted, context_overflow) loss weight 0 instead of reward 0
     mask_truncated: bool = False
     mismatch: MismatchConfig = MismatchConfig()
+    #: > 0: k3 KL to a frozen copy of the policy GRPO starts from (after the SFT stage, if any)
     kl_coef: float = Field(0.0, ge=0)
+    #: dual clip (veRL's clip_ratio_c) of grpo, dr_grpo and dapo: a negative-advantage token's loss
+    #: is capped at -A * clip_ratio_c, so a ratio beyond it no longer grows its push; None: no cap
+    clip_ratio_c: float | None = Field(3.0, gt=1)
     #: sampling temperature the trainer scores with; None: the rollout's temperature
     temperature: float | None = None
 

@@ -30,6 +30,9 @@ import torch
 from torch import Tensor
 
 LOSSES = ("grpo", "dr_grpo", "dapo", "gspo", "cispo")
+#: The losses with veRL's dual clip (``clip_ratio_c``): the token-ratio PPO surrogates. As in veRL,
+#: gspo's sequence ratio and cispo's detached, already clipped weight are not dual-clipped.
+DUAL_CLIP_LOSSES = ("grpo", "dr_grpo", "dapo")
 
 
 def _group_ids(group_index: Tensor) -> tuple[Tensor, int]:
@@ -195,7 +198,7 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
                 clip_low: float = 0.2, clip_high: float | None = None, is_weights: Tensor | None = None,
                 ref_logp: Tensor | None = None, kl_coef: float = 0.0, batch_sequences: int | None = None,
                 batch_tokens: int | None = None, max_response_len: int | None = None,
-                log_ratio_clamp: float = 20.0) -> tuple[Tensor, dict[str, float]]:
+                log_ratio_clamp: float = 20.0, clip_ratio_c: float | None = None) -> tuple[Tensor, dict[str, float]]:
     """The policy-gradient loss selected by name; returns (scalar loss, stats).
 
     With r_t = exp(logp_t - old_logp_t) (log-ratio clamped to ±log_ratio_clamp), A_i the
@@ -205,6 +208,10 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
         gspo:    s_i = exp((1/n_i) sum_{t in mask_i} (logp_t - old_logp_t))   (Zheng et al. 2025)
                  l_t = -min(s_i A_i, clip(s_i, lo, hi) A_i)   on every t of i; grad flows via logp
         cispo:   l_t = -sg[clip(r_t, lo, hi)] A_i logp_t              (MiniMax-M1; sg = detach)
+        dual clip (grpo, dr_grpo, dapo; clip_ratio_c = c > 1, veRL's convention, Ye et al. 2020):
+                 l_t <- min(l_t, -A_i c)  where A_i < 0
+                 (= min(max(-A r_t, -A clip(r_t, lo, hi)), -A c): a negative-advantage token's
+                 loss, and its push, stop growing with the ratio once r_t > c; gradient 0 there)
         then     l_t <- l_t * sg[is_weights_t] + kl_coef * k3_t       (k3 only with ref_logp)
 
     Aggregation (n_i = #{t: mask_it > 0}; S = batch_sequences or B; N = batch_tokens or
@@ -221,13 +228,16 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     gradient. Stats (over mask tokens): clip_fraction (tokens where the clip is active: the
     clipped branch wins the min, or for cispo the weight is clipped; gspo counts the tokens of
     clipped sequences), ratio_mean and ratio_max (of s_i over sequences for gspo), kl (mean k3;
-    only when ref_logp is given), loss. kl_coef > 0 without ref_logp is a ValueError; the
-    IS weights scale the policy term only, not the KL term.
+    only when ref_logp is given), dual_clip_fraction (tokens whose loss the dual clip capped;
+    only when it applies), loss. kl_coef > 0 without ref_logp, or clip_ratio_c <= 1, is a
+    ValueError; the IS weights scale the policy term only, not the KL term.
     """
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSSES)}")
     if kl_coef > 0 and ref_logp is None:
         raise ValueError("policy_loss: kl_coef > 0 needs ref_logp (the reference model's token logprobs)")
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(f"policy_loss: clip_ratio_c must be > 1 (the dual clip's bound), got {clip_ratio_c}")
     lo, hi = 1.0 - clip_low, 1.0 + (clip_low if clip_high is None else clip_high)
     m = mask.to(logp.dtype)
     on = m > 0
@@ -246,9 +256,14 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     else:
         per_token = -torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)
         clipped = ((ratio > hi) & (adv > 0)) | ((ratio < lo) & (adv < 0))
+    extra = {}
+    if clip_ratio_c is not None and loss in DUAL_CLIP_LOSSES:
+        cap = -adv * clip_ratio_c
+        dual = (adv < 0) & (per_token > cap)
+        per_token = torch.where(adv < 0, torch.minimum(per_token, cap), per_token)
+        extra["dual_clip_fraction"] = _masked_mean(dual.float(), on)
     if is_weights is not None:
         per_token = per_token * torch.where(on, is_weights.detach(), 0.0)
-    extra = {}
     if ref_logp is not None:
         k3 = kl_k3(logp, torch.where(on, ref_logp.detach(), 0.0))
         per_token = per_token + kl_coef * k3 if kl_coef > 0 else per_token

@@ -49,7 +49,7 @@ from envhub.trainer.samples import AUDIT_FAILED, audit_trajectory, training_samp
 from envhub.trainer.telemetry import StepTimer, Telemetry, step_record
 from envhub.trainer.update import update_policy
 from envhub.trainer.weight_sync import write_hf_dir
-from envhub.types import Outcome, OutcomeClass
+from envhub.types import Outcome
 
 #: Settings a resumed run may change; any other difference means another run.
 RESUMABLE_CHANGES = {"steps", "eval", "metrics_port", "tensorboard", "audit_failure", "checkpoint_every",
@@ -73,6 +73,8 @@ class Trainer:
         self.run_dir = Path(config.run_dir)
         self.files = TrainingRun(self.run_dir)
         preflight.raise_if(preflight.check_config(config))
+        for note in preflight.config_notes(config):
+            self.log(f"note: {note}")
         if config.threads:
             torch.set_num_threads(config.threads)
         self._seed_everything(config.seed + self.dist.rank)
@@ -189,6 +191,7 @@ class Trainer:
             timings["sft_s"] = time.monotonic() - t0
             self.evaluate("after-sft")
             self.save_checkpoint()
+        self._fix_reference()
         t0 = time.monotonic()
         with JsonlStore(self.steps_path, key="step") as log:
             while self.state.step < cfg.steps:
@@ -207,6 +210,18 @@ class Trainer:
         if self.dist.is_main:
             write_json_atomic(self.files.summary_path, summary)
         return summary
+
+    def _fix_reference(self) -> None:
+        """The KL reference is the policy GRPO starts from (after SFT): frozen here at step 0; a run resumed
+        later has it from its checkpoint (``reference.pt``), the one the uninterrupted run used."""
+        if self.models.reference is None or self.models.reference_ready:
+            return
+        if self.state.step > 0:
+            raise TrainingError(f"the checkpoint of step {self.state.step} has no KL reference (reference.pt: "
+                                "it predates saving the post-SFT reference); resume it with kl_coef 0, or start over")
+        self.models.freeze_reference()
+        self.log("kl: the KL reference is the policy at the start of GRPO"
+                 + (" (after SFT)" if self.state.sft_done else " (the initial model)"))
 
     def close(self) -> None:
         """Stop the env workers, the engine and the metrics server (idempotent; safe after a failed start)."""
@@ -263,12 +278,12 @@ class Trainer:
     def audit(self, records: list[dict[str, Any]]) -> list[str]:
         """Each record's outcome class, or ``audit_failed`` when its trajectory fails the token audit
         (:func:`envhub.trainer.samples.audit_trajectory`; with ``audit_failure: stop``, TrainingError).
-        Infra outcomes are never trained, so never audited."""
+        Classes never trained (``exclude_classes``: infra outcomes) are never audited."""
         classes, template = [], self.policy.describe().get("chat_template_hash")
+        excluded = set(self.config.algorithm.exclude_classes)
         for data in records:
-            outcome = Outcome(data["outcome"])
-            cls = outcome.outcome_class.value
-            if outcome.outcome_class is not OutcomeClass.INFRA_FAILURE:
+            cls = Outcome(data["outcome"]).outcome_class.value
+            if cls not in excluded:
                 problems = audit_trajectory(data, self.models.tokenizer, chat_template_hash=template,
                                             max_context=self.config.rollout.max_context)
                 if problems and self.config.audit_failure == "stop":
@@ -285,6 +300,7 @@ class Trainer:
         return training_samples(records, classes, self.config.algorithm, weight_version=self.state.weight_version)
 
     def update(self, samples: list[TrainingSample]) -> dict[str, Any]:
+        self._fix_reference()  # run() fixes it before step 1; this is for a train_step called alone
         m = self.models
         return update_policy(m.model, m.optimizer, m.scheduler, samples, config=self.config, dist=self.dist,
                              reference=m.reference, pad_id=m.pad_id)

@@ -1,5 +1,6 @@
 """The trainer's models, built from its config (:class:`PolicyModels`): the trained module (FSDP2-
-sharded, :mod:`envhub.trainer.fsdp`), its frozen reference for the KL term, AdamW and the LR schedule,
+sharded, :mod:`envhub.trainer.fsdp`), its frozen reference for the KL term (the policy GRPO starts
+from, after the SFT stage: :meth:`PolicyModels.freeze_reference`), AdamW and the LR schedule,
 the rollout engine (in process, or an SGLang server) with the model policy over it, and the weight push
 from the trained module to the engine (:mod:`envhub.trainer.weight_sync`).
 
@@ -36,9 +37,10 @@ class PolicyModels:
         model.config.use_cache = False
         self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                           else self.tokenizer.eos_token_id)
-        self.reference = None
+        self.reference = None  # holds the base weights until freeze_reference or load_reference
         if config.algorithm.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.reference_ready = False
         self.shared = config.rollout.share_weights and dist.world_size == 1 and config.engine == "transformers"
         self.engine = self._make_engine(model)
         try:
@@ -76,6 +78,22 @@ class PolicyModels:
         return ModelPolicy(self.engine, self.tokenizer, params=params, max_context=r.max_context,
                            name=f"hf:{self.model_dir}", model_id=str(self.model_dir), tokenizer_id=str(self.model_dir),
                            fit_turns=r.fit_turns, max_response_tokens=r.max_response_tokens)
+
+    def freeze_reference(self) -> None:
+        """The KL reference becomes a frozen copy of the trained module as it is now: called at the start
+        of GRPO, after SFT (every rank: a collective when sharded). No-op without a KL term."""
+        if self.reference is not None:
+            self.load_reference(fsdp.full_state_dict(self.model, self.dist))
+
+    def load_reference(self, state: dict[str, torch.Tensor]) -> None:
+        """The KL reference's weights (a checkpoint's ``reference.pt``, or the policy's full state dict)."""
+        if self.reference is not None:
+            fsdp.load_full_state_dict(self.reference, state, fsdp.DistInfo(0, 1, 0, torch.device("cpu"), None))
+            self.reference_ready = True
+
+    def reference_state(self) -> dict[str, torch.Tensor] | None:
+        """The KL reference's weights once it is fixed (what a checkpoint saves); None before, or without one."""
+        return self.reference.state_dict() if self.reference is not None and self.reference_ready else None
 
     def publish(self, version: str, state: dict[str, torch.Tensor] | None = None) -> None:
         """The engine samples with the trained weights as ``version`` from now on: a shared module only

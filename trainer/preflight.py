@@ -3,8 +3,9 @@
 Every check here is a way a run has silently produced no learning signal: groups of one sample
 (zero variance, zero advantage), greedy sampling (every sample of a group identical), clip or
 importance-weight bounds that zero every token's weight, a split or curriculum without tasks, a
-chat format that cannot show the model its tools, a budget in which no turn fits. The error names
-the setting and what to change.
+chat format that cannot show the model its tools, a budget in which no turn fits; or a wrong signal:
+infra outcomes trained as the policy's failures. The error names the setting and what to change.
+:func:`config_notes` are the lines said, not refused (which model is the KL reference).
 """
 
 from __future__ import annotations
@@ -52,7 +53,23 @@ def check_config(config: TrainConfig) -> list[str]:
                         f"rollout.max_context ({rollout.max_context})")
     if config.sft is not None and not config.sft.runs:
         problems.append("sft.runs is empty: name run directories with accepted trajectories")
+    if "infra_failure" not in algo.exclude_classes and not algo.train_on_infra:
+        problems.append(f"algorithm.exclude_classes is {list(algo.exclude_classes)}: infra outcomes (env_error, "
+                        "verifier_error, engine_error) would be trained as reward-0 failures, punishing the policy "
+                        "for a broken env, verifier or engine; keep infra_failure in exclude_classes, or set "
+                        "algorithm.train_on_infra: true to train on them anyway")
     return problems
+
+
+def config_notes(config: TrainConfig) -> list[str]:
+    """What the config does that is not refused but easily misread: the trainer logs each line before
+    anything runs."""
+    notes = []
+    if config.algorithm.kl_coef > 0 and config.sft is not None:
+        notes.append(f"algorithm.kl_coef is {config.algorithm.kl_coef} with an SFT stage: the KL reference is the "
+                     "policy after SFT (frozen at the start of GRPO), not the base model "
+                     f"{config.model}")
+    return notes
 
 
 def check_tasks(config: TrainConfig, split_ids: Sequence[str], curriculum: Sequence[str]) -> list[str]:
@@ -102,4 +119,5 @@ def check_sft(samples: Sequence[Any], stats: dict[str, int], runs: Sequence[str]
 
 def raise_if(problems: list[str]) -> None:
     if problems:
-        raise PreflightError("this config would train nothing:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise PreflightError("this config would train nothing (or the wrong thing):\n"
+                             + "\n".join(f"  - {p}" for p in problems))

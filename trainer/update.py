@@ -7,7 +7,11 @@ the mini-batch's totals over every rank (:func:`envhub.trainer.grpo.policy_loss`
 gradient exactly, on one process or sharded.
 
 The old policy is fixed before the first optimizer step: the engine's sampled logprobs (``bypass``)
-or the trainer's own recomputed ones with importance weights against the engine's (``decoupled``).
+or the trainer's own recomputed ones with importance weights against the engine's (``decoupled``),
+scored in eval mode (no dropout: the policy as the engine samples it).
+
+The LR schedule is a function of the training step: the scheduler steps once per mini-batch of every
+step, whether it updated or not (a zero-variance step trains nothing, but warm-up and decay move on).
 Under FSDP every rank must run the same number of forward passes (each is a collective), so ranks
 with fewer micro-batches run empty ones (mask 0: they change no gradient).
 """
@@ -15,6 +19,7 @@ with fewer micro-batches run empty ones (mask 0: they change no gradient).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -25,9 +30,10 @@ from envhub.trainer.config import TrainConfig
 
 
 def lr_factor(config: TrainConfig, update: int) -> float:
-    """The learning-rate multiplier at optimizer step ``update``: linear warm-up over
-    ``optim.warmup_steps`` training steps, then the ``optim.schedule`` (cosine, linear or constant)
-    over the rest of the run's ``steps * updates_per_step`` optimizer steps."""
+    """The learning-rate multiplier at schedule position ``update`` = (training step - 1) *
+    ``updates_per_step`` + the mini-batch's index (every step's mini-batches count, updated or not):
+    linear warm-up over ``optim.warmup_steps`` training steps, then the ``optim.schedule`` (cosine,
+    linear or constant) over the rest of the run's ``steps * updates_per_step`` positions."""
     o, total = config.optim, max(config.steps * config.optim.updates_per_step, 1)
     warm = o.warmup_steps * o.updates_per_step
     if warm and update < warm:
@@ -67,7 +73,8 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler:
     for m, olds in zip(micro, old, strict=True):
         totals = fsdp.all_reduce_sum({"seq": float(sum(int((mb.mask > 0).any(dim=1).sum()) for mb in m)),
                                       "tok": float(sum(int((mb.mask > 0).sum()) for mb in m))}, dist)
-        if totals["seq"] == 0:  # nothing informative on any rank: no optimizer step (and no LR step)
+        if totals["seq"] == 0:  # nothing informative on any rank: no optimizer step, but the schedule moves on
+            advance_schedule(scheduler)
             continue
         for mb, (old_logp, is_weights, ref_logp, mismatch) in zip(m, olds, strict=True):
             logp, ent = policy_logprobs(model, mb, temperature=temperature, with_entropy=True)
@@ -75,7 +82,7 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler:
                 logp, old_logp, mb.advantages, mb.mask, loss=algo.loss, clip_low=algo.clip_low,
                 clip_high=algo.clip_high, is_weights=is_weights, ref_logp=ref_logp, kl_coef=algo.kl_coef,
                 batch_sequences=int(totals["seq"]), batch_tokens=int(totals["tok"]),
-                max_response_len=config.rollout.max_response_tokens)
+                max_response_len=config.rollout.max_response_tokens, clip_ratio_c=algo.clip_ratio_c)
             loss.backward()
             on = mb.mask > 0
             tokens = float(on.sum())
@@ -97,12 +104,18 @@ def old_logprobs(model: torch.nn.Module, mb: MicroBatch, config: TrainConfig, re
                  temperature: float) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None,
                                               dict[str, float]]:
     """(old policy logprobs, mismatch importance weights or None, reference logprobs or None, the
-    importance weights' statistics)."""
+    importance weights' statistics). The old policy is scored in eval mode, as the engine samples
+    (a model with dropout would otherwise score it with a random mask); ``model``'s mode is kept."""
     algo = config.algorithm
     old, weights, ref, stats = mb.engine_logp, None, None, {}
     if algo.mismatch.mode == "decoupled":
-        with torch.no_grad():
-            old, _ = policy_logprobs(model, mb, temperature=temperature)
+        training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                old, _ = policy_logprobs(model, mb, temperature=temperature)
+        finally:
+            model.train(training)
         fsdp.reshard_after_forward_only(model)
         weights, stats = grpo.mismatch_weights(old, mb.engine_logp, mb.mask, level=algo.mismatch.level,
                                            mode=algo.mismatch.weight, cap=algo.mismatch.cap)
@@ -110,6 +123,13 @@ def old_logprobs(model: torch.nn.Module, mb: MicroBatch, config: TrainConfig, re
         with torch.no_grad():
             ref, _ = policy_logprobs(reference, mb, temperature=temperature)
     return old, weights, ref, stats
+
+
+def advance_schedule(scheduler: Any) -> None:
+    """One schedule position without an optimizer step (torch warns about that order; here it is meant)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before")
+        scheduler.step()
 
 
 def empty_batch(pad_id: int) -> MicroBatch:
@@ -124,8 +144,8 @@ def pad_to_same_count(batches: list[MicroBatch], dist: fsdp.DistInfo, pad_id: in
 
 
 #: Statistics every rank reports (a collective needs the same keys everywhere).
-STAT_KEYS = ("clip_fraction", "ratio_mean", "kl", "entropy", "trainer_engine_gap", "is_weight_mean",
-             "is_capped_fraction", "mismatch_abs_mean", "grad_norm")
+STAT_KEYS = ("clip_fraction", "dual_clip_fraction", "ratio_mean", "kl", "entropy", "trainer_engine_gap",
+             "is_weight_mean", "is_capped_fraction", "mismatch_abs_mean", "grad_norm")
 MAX_KEYS = ("ratio_max", "is_weight_max")
 
 

@@ -300,3 +300,26 @@ def test_masked_tokens_get_exactly_zero_gradient(loss):
 def test_unknown_loss_lists_the_names():
     with pytest.raises(ValueError, match="grpo, dr_grpo, dapo, gspo, cispo"):
         policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1), loss="ppo")
+
+
+def test_dual_clip_bounds_the_loss_of_negative_advantages():
+    # one token per sequence: r = 4, 2, 4, 0.5 with A = -1, -1, +1, -1; clip_low 0.2, c = 3 (veRL's
+    # clip_ratio_c): for A < 0, l = min(max(-A r, -A clip(r)), -A c)
+    logp = _leaf([LN(4), LN(2), LN(4), LN(0.5)])
+    old, adv, mask = torch.zeros(4, 1, dtype=D), t(-1, -1, 1, -1), torch.ones(4, 1)
+    loss, stats = policy_loss(logp, old, adv, mask, clip_low=0.2, clip_ratio_c=3.0)
+    # min(max(4, 1.2), 3) = 3 (dual clip); min(max(2, 1.2), 3) = 2; A > 0: -min(4, 1.2) = -1.2;
+    # min(max(0.5, 0.8), 3) = 0.8
+    close(loss, (3 + 2 - 1.2 + 0.8) / 4)
+    loss.backward()
+    close(logp.grad, [[0.0], [2 / 4], [0.0], [0.0]])  # d(-A r)/dlogp = -A r = 2 on the only unclipped token
+    assert stats["dual_clip_fraction"] == pytest.approx(0.25) and stats["clip_fraction"] == pytest.approx(0.5)
+    # without it the r = 4, A = -1 token costs 4 and pushes with gradient 4
+    close(policy_loss(logp, old, adv, mask, clip_low=0.2)[0], (4 + 2 - 1.2 + 0.8) / 4)
+    for name in ("dr_grpo", "dapo"):  # every PPO-surrogate loss (here the same normalizer, 4)
+        close(policy_loss(logp, old, adv, mask, loss=name, clip_ratio_c=3.0)[0], (3 + 2 - 1.2 + 0.8) / 4)
+    # as in veRL, gspo's sequence ratio and cispo's detached weight are not dual-clipped
+    close(policy_loss(logp, old, adv, mask, loss="gspo", clip_ratio_c=3.0)[0], (4 + 2 - 1.2 + 0.8) / 4)
+    assert "dual_clip_fraction" not in policy_loss(logp, old, adv, mask, loss="cispo", clip_ratio_c=3.0)[1]
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        policy_loss(logp, old, adv, mask, clip_ratio_c=1.0)

@@ -21,6 +21,7 @@ def _problems(tmp_path, model, **sections):
     ({"algorithm": {"clip_low": 0.0, "clip_high": 0.0}}, "clipped to 1 on both sides"),
     ({"algorithm": {"mismatch": {"mode": "decoupled", "weight": "mask", "cap": 0.9}}}, "would be masked"),
     ({"sampling": {"max_new_tokens": 8}, "rollout": {"max_response_tokens": 4}}, "response budget"),
+    ({"algorithm": {"exclude_classes": []}}, "algorithm.train_on_infra: true"),
 ])
 def test_config_that_trains_nothing_is_named(tmp_path, scratch_model, sections, says):
     problems = _problems(tmp_path, scratch_model, **sections)
@@ -73,3 +74,20 @@ def test_train_command_reports_a_bad_config_without_a_traceback(tmp_path, scratc
         done = subprocess.run(["envhub", "train", *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("error: ") and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_training_on_infra_outcomes_needs_the_explicit_flag(tmp_path, scratch_model):
+    problems = _problems(tmp_path, scratch_model, algorithm={"exclude_classes": ["policy_failure"]})
+    assert len(problems) == 1 and "reward-0 failures" in problems[0] and "algorithm.train_on_infra: true" in problems[0]
+    assert _problems(tmp_path, scratch_model, algorithm={"exclude_classes": [], "train_on_infra": True}) == []
+
+
+def test_kl_with_an_sft_stage_says_the_reference_is_the_post_sft_policy(tmp_path, scratch_model):
+    from envhub.trainer.preflight import config_notes
+
+    config = parse_config(letter_config(tmp_path / "run", scratch_model, sft={"runs": ["gold"]},
+                                        algorithm={"kl_coef": 0.05}))
+    assert check_config(config) == []
+    (note,) = config_notes(config)
+    assert "KL reference is the policy after SFT" in note and "not the base model" in note
+    assert config_notes(parse_config(letter_config(tmp_path / "run", scratch_model, sft={"runs": ["gold"]}))) == []
