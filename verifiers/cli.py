@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from envhub.cli.common import console, env_spec, err, fail, parse_kv
+from envhub.cli.common import checked_env_kwargs, console, env_spec, err, fail, signals_stop_like_ctrl_c
 from envhub.verifiers.suite import SuiteProgress, grade_submissions, run_suite
 
 
@@ -33,11 +33,12 @@ def verify_command(
     from envhub.env import SPLITS
     from envhub.progress import progress_wanted
     from envhub.registry import make
+    from envhub.sandboxes.cleanup import exit_code as interrupt_exit_code
     from envhub.store import write_json_atomic, write_text_atomic
 
     env_spec(env_id)
     splits = SPLITS if split == "all" else (split,)
-    kwargs = {"split": splits[0], "sandbox": sandbox, **parse_kv(env_arg)}
+    kwargs = checked_env_kwargs(env_id, env_arg, split=splits[0], sandbox=sandbox)
 
     def factory() -> Any:
         return make(env_id, **kwargs)
@@ -68,16 +69,24 @@ def verify_command(
     if not tasks and limit:
         ids = _stratified_sample(ids, limit)
     bar = SuiteProgress(len(ids), show=progress_wanted())
+    said: list[bool] = []
+
+    def say_interrupted() -> None:  # nothing is kept: the suite's result is written only when it is complete
+        if not said:
+            said.append(True)
+            bar.close("")  # the live bar stops first: the line is not drawn over
+            err.print(f"interrupted: {bar.line()}; verify keeps no partial results, rerun it to start over",
+                      markup=False, highlight=False)
+
     try:
-        with bar:
+        with signals_stop_like_ctrl_c(), bar:
             report = run_suite(factory, ids, cases=cases.split(",") if cases else None, jobs=jobs,
-                               on_result=bar.on_result)
+                               on_result=bar.on_result, on_interrupt=say_interrupted)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    except KeyboardInterrupt:  # nothing is kept: the suite's result is written only when it is complete
-        err.print(f"interrupted: {bar.line()}; verify keeps no partial results, rerun it to start over",
-                  markup=False, highlight=False)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C (130) or SIGTERM (143): said at once, or now
+        say_interrupted()
+        raise typer.Exit(interrupt_exit_code(exc)) from None
     table = Table("case", "expect", "tasks", "as expected", "rate", "not applicable",
                   title=f"verifier suite: {env_id}")
     for name, row in report.by_case().items():

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from envhub.parsing import format_tool_call
 from envhub.progress import Progress
-from envhub.rollout.collect import EnvWorkers, check_concurrency
+from envhub.rollout.collect import EnvWorkers, check_concurrency, interruptible_run
 from envhub.types import Action, Outcome, Task
 
 if TYPE_CHECKING:
@@ -127,12 +127,16 @@ def run_suite(
     cases: Sequence[str] | None = None,
     jobs: int = 1,
     on_result: Callable[[CaseResult, int], None] | None = None,
+    on_interrupt: Callable[[], object] | None = None,
 ) -> SuiteReport:
     """Play every case on every task; ``jobs`` envs work in parallel. The report lists the
     results task by task, in the order of ``task_ids`` and the cases.
 
     ``on_result(result, total)`` is called on the calling thread as each play finishes (in
     completion order), ``total`` being how many plays the run has; what it raises ends the run.
+    Ctrl-C (or a signal the command maps to it) stops the run: no further play starts,
+    ``on_interrupt()`` is called at once, the plays in flight end, and
+    :class:`~envhub.sandboxes.cleanup.SignalInterrupt` (a ``KeyboardInterrupt``) is raised.
 
     Raises ValueError before any case runs when ``jobs`` is not positive, ``task_ids`` is empty or
     names a task the env does not have, or ``cases`` names an unknown case.
@@ -162,11 +166,14 @@ def run_suite(
 
     items = list(enumerate((c, t) for t in task_ids for c in selected))
     done: dict[int, CaseResult] = {}
-    with EnvWorkers(env_factory, concurrency=jobs, thread_name_prefix="envhub-suite") as workers:
-        for i, result in workers.as_completed(lambda e, pair: (pair[0], play(e, pair[1])), items):
+    with interruptible_run(on_interrupt) as interrupt, \
+            EnvWorkers(env_factory, concurrency=jobs, thread_name_prefix="envhub-suite") as workers:
+        for i, result in workers.as_completed(lambda e, pair: (pair[0], play(e, pair[1])), items,
+                                              abandon=interrupt.requested):
             done[i] = result
             if on_result is not None:
                 on_result(result, len(items))
+        interrupt.stop_if_requested()
     return SuiteReport(env_id=probe.env_id, results=[done[i] for i, _ in items])
 
 

@@ -4,7 +4,8 @@ A child imports the probe modules of its batch, so everything in them -- rows, c
 helpers -- is in reach of the submission while any test of the batch runs. One test's inputs can
 be another test's expected values (``to_roman(14)`` and ``from_roman("XIV")`` share a table), so
 functions go into one batch only when no constant of one's module equals a value that the gold
-observed for the other (checked both ways, on the recorded observations), and the segments of one
+observed for the other, or that one of its ``pytest.raises`` expects (a class name, a ``match=``
+pattern; checked both ways, on the recorded observations), and the segments of one
 test never share a batch (they were split to keep each other's data apart). Values anyone could
 guess -- booleans, None, the integers -1..10, strings of at most one character -- do not count.
 
@@ -39,6 +40,8 @@ def constants(source: str) -> set[str]:
 def _leaves(encoded: Any) -> Iterator[str]:
     if isinstance(encoded, str):
         yield encoded
+    elif isinstance(encoded, list) and encoded[:1] == ["raises"]:  # a pytest.raises predicate: classes, pattern
+        yield from (v for v in [*encoded[1], encoded[2]] if isinstance(v, str))
     elif isinstance(encoded, list):
         rest = encoded[1:] if encoded and isinstance(encoded[0], str) else encoded  # skip the type tag
         for item in rest:

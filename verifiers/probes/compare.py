@@ -6,14 +6,16 @@ strings and numbers, and compared with the expected observations recorded from t
 
 A test passes iff the runner reported it exactly once, with status ``ok``, and its observation
 list equals the expected one: same length, the same site at every position, equal encodings
-(within the recorded tolerance at an approx site). Anything else -- missing, duplicated,
-undecodable, extra or late output, a different status -- fails it, with the reason.
+(within the recorded tolerance at an approx site; at a ``pytest.raises`` site, pytest's own rule:
+:func:`raised_as_expected`). Anything else -- missing, duplicated, undecodable, extra or late
+output, a different status -- fails it, with the reason.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,9 +86,30 @@ def judge(reported: Reported, index: int, expected: dict[str, Any], rules: dict[
         if not (isinstance(obs, list) and len(obs) == 2 and obs[0] == exp[0]):
             return TestVerdict(False, f"observation {position} is not from the expected site")
         rule = rules.get(str(exp[0]), {})
-        if not (_close(obs[1], exp[1], *rule["approx"]) if "approx" in rule else obs[1] == exp[1]):
+        if isinstance(exp[1], list) and exp[1][:1] == ["raises"]:
+            if not raised_as_expected(obs[1], exp[1]):
+                return TestVerdict(False, f"observation {position} (site {exp[0]}): not the exception the test expects")
+        elif not (_close(obs[1], exp[1], *rule["approx"]) if "approx" in rule else obs[1] == exp[1]):
             return TestVerdict(False, f"observation {position} (site {exp[0]}) differs")
     return TestVerdict(True, "observations equal the gold's")
+
+
+def raised_as_expected(got: Any, want: list) -> bool:
+    """``pytest.raises``'s decision, on what the sandbox observed at its site.
+
+    ``want`` is the test's own predicate, recorded from it on the gold: ``["raises", classes, pattern,
+    flags]`` -- the qualified names of the class (or classes of the tuple) it names, and its ``match=``
+    pattern (None: no ``match=``). ``got`` must be ``["raised", names, text]``: the qualified names of
+    the raised exception's classes, by the interpreter's MRO, and the text ``match=`` searches. Like
+    ``isinstance``, any subclass of an expected class passes; then ``re.search(pattern, text, flags)``
+    must find the pattern, here, where the submission never runs.
+    """
+    if not (isinstance(got, list) and len(got) == 3 and got[0] == "raised" and isinstance(got[1], list)):
+        return False
+    if not any(isinstance(name, str) and name in want[1] for name in got[1]):
+        return False
+    pattern, flags = want[2], want[3]
+    return pattern is None or (isinstance(got[2], str) and re.search(pattern, got[2], flags) is not None)
 
 
 def _close(got: Any, want: Any, rel: float, abs_: float) -> bool:

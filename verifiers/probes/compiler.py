@@ -17,7 +17,9 @@ in the trusted process with the observations of the gold sources (:mod:`.compare
   or ``__lt__`` may be what is broken;
   ``assert e`` (no comparison) observes ``e``; ``assert not e`` observes ``e``. Messages are dropped.
 * ``with pytest.raises(E, match=M) as info:`` becomes ``with raises(site, message=True) as info:``:
-  the exception's type (and, where the test checked the message, its arguments) is observed.
+  the names of the exception's classes (and, where the test had ``match=``, its text) are observed.
+  ``E`` and ``M`` stay on the trusted side (``Probe.raising``): evaluated on the gold when it is
+  recorded, they decide as pytest does (a subclass of ``E``, ``re.search(M, text)``; ``compare.py``).
 * ``@pytest.mark.parametrize`` becomes ``@cases`` with the parameters the probe still uses; the
   columns that only fed dropped expected sides are deleted from the rows, so a parametrized
   expectation never reaches the sandbox. ``@pytest.fixture`` becomes ``@fixture``.
@@ -78,6 +80,10 @@ class Probe:
     segments: dict[str, int] = field(default_factory=dict)
     #: "function: name" where an expected value is also an input outside any assertion (reported)
     residual: list[str] = field(default_factory=list)
+    #: site -> its ``pytest.raises``, never in a probe: ``{"function", "imports", "classes", "match"}`` (the test
+    #: function and the imports it makes, the source of the class or tuple expression and of ``match=`` or
+    #: None), evaluated on the gold (record.py)
+    raising: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: the compiled module body every probe module is cut from
     body: list[ast.stmt] = field(default_factory=list, repr=False, compare=False)
 
@@ -124,7 +130,7 @@ def compile_tests(path: str, source: str, unsegmented: frozenset[str] = frozense
         if any(isinstance(n, ast.Name) and n.id == "pytest" for n in ast.walk(safe_ast.parse(text))):
             raise ProbeCompileError(f"{path}: {name} still uses pytest after compiling")
     return Probe(path=path, modules=modules, sites=module.sites, tables=module.tables, segments=module.segmented,
-                 residual=module.residual, body=body)
+                 residual=module.residual, raising=module.raising, body=body)
 
 
 def _module_source(body: list[ast.stmt], functions: list[str]) -> str:
@@ -149,6 +155,8 @@ class _Module:
         self.tables: dict[str, list[list[str]]] = {}
         self.segmented: dict[str, int] = {}
         self.residual: list[str] = []
+        self.raising: dict[int, dict[str, Any]] = {}
+        self.function, self.local_imports = "", []
         self.constants: dict[str, ast.expr] = {}
         self.stdlib: set[str] = set()
         for node in tree.body:
@@ -221,6 +229,8 @@ class _Module:
         """The probe functions of one test: usually one; more when a value one assertion expects is an
         input of another (``assert encode(t) == e; assert decode(e) == t``): then each *segment* keeps
         only observations that never see what their own assertion expected."""
+        self.function = fn.name  # and the imports it makes itself (``import dataclasses`` in the test)
+        self.local_imports = [ast.unparse(n) for n in ast.walk(fn) if isinstance(n, ast.Import | ast.ImportFrom)]
         tables = [self._table(d) for d in fn.decorator_list if _is_parametrize(d)]
         others = [d for d in fn.decorator_list if not _is_parametrize(d)]
         if others:
@@ -317,9 +327,18 @@ class _Module:
     def _with_item(self, item: ast.withitem) -> ast.withitem:
         call = item.context_expr
         if isinstance(call, ast.Call) and ast.unparse(call.func) == "pytest.raises":
-            message = any(k.arg == "match" for k in call.keywords)
-            item.context_expr = ast.Call(ast.Name("raises", ast.Load()), [self.site()],
-                                         [ast.keyword("message", ast.Constant(message))])
+            keywords = {k.arg: k.value for k in call.keywords}
+            classes = call.args[0] if len(call.args) == 1 else keywords.pop("expected_exception", None)
+            match = keywords.pop("match", None)
+            if classes is None or len(call.args) > 1 or keywords:
+                raise ProbeCompileError(f"{self.path}:{call.lineno}: pytest.raises takes one class or tuple, "
+                                        "and match= only")
+            site = self.site()
+            self.raising[site.value] = {"function": self.function, "imports": self.local_imports,
+                                        "classes": ast.unparse(classes),
+                                        "match": None if match is None else ast.unparse(match)}
+            item.context_expr = ast.Call(ast.Name("raises", ast.Load()), [site],
+                                         [ast.keyword("message", ast.Constant(match is not None))])
         return item
 
     def _observe(self, node: ast.expr, rule: dict[str, Any] | None = None) -> ast.stmt:

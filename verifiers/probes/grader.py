@@ -28,6 +28,8 @@ from .compiler import Probe, compile_tests
 PROBE_DIR = ".envhub_probe"
 RUNTIME_MODULE = "envhub_probe"
 RUNNER_FILE = "envhub_probe_runner.py"
+#: the runtime's helper (``excinfo.py``), which the runtime loads from beside itself
+EXCINFO_FILE = "envhub_probe_excinfo.py"
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The runner's interpreter flags: no user site, no script dir on sys.path (the plan decides the
 #: path); not ``-I``, which would also ignore the fixed PYTHONHASHSEED that makes set and dict
@@ -41,6 +43,11 @@ DEFAULT_PRELOAD = ("collections", "dataclasses", "datetime", "decimal", "enum", 
 @lru_cache(maxsize=1)
 def runtime_source() -> str:
     return (PACKAGE_DIR / "runtime.py").read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def excinfo_source() -> str:
+    return (PACKAGE_DIR / "excinfo.py").read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
@@ -100,13 +107,14 @@ class ProbeSuite:
         return cls(probes, layout, expected or {}, {p: sorted(f) for p, f in whole.items() if f}, batches or {})
 
     def fingerprint(self) -> str:
-        """What the expected observations were recorded against: probes, batches, runtime and runner."""
+        """What the expected observations were recorded against: probes, batches, runtime (with its helper)
+        and runner."""
         h = hashlib.sha256()
         for path, probe in sorted(self.probes.items()):
             for function, source in sorted(probe.modules.items()):
                 h.update(f"{path}::{function}".encode() + b"\0" + source.encode() + b"\0")
         h.update(json.dumps(self.batches, sort_keys=True).encode() + b"\0")
-        h.update(runtime_source().encode() + b"\0" + runner_source().encode())
+        h.update(runtime_source().encode() + b"\0" + excinfo_source().encode() + b"\0" + runner_source().encode())
         return h.hexdigest()
 
 
@@ -171,6 +179,7 @@ def probe_files(suite: ProbeSuite, run_plan: dict[str, Any]) -> dict[str, str]:
             if f"{PROBE_DIR}/{where}" in wanted:
                 files[f"{PROBE_DIR}/{where}"] = source
     files[f"{PROBE_DIR}/{RUNTIME_MODULE}.py"] = runtime_source()
+    files[f"{PROBE_DIR}/{EXCINFO_FILE}"] = excinfo_source()
     files[f"{PROBE_DIR}/{RUNNER_FILE}"] = runner_source()
     files[f"{PROBE_DIR}/plan.json"] = json.dumps(run_plan)
     return files

@@ -3,11 +3,15 @@
 For a project (``src/`` plus a pytest ``tests/`` suite) this
 
 1. collects the suite with pytest to learn every test id and, for parametrized tests, which row
-   of which table it runs (``callspec.indices``) -- the probes carry no ids;
+   of which table it runs (``callspec.indices``) -- the probes carry no ids; and, for every
+   ``pytest.raises`` of a test, what it expects, evaluated as pytest would (in the test module, with
+   that case's parameters): the qualified names of its classes and its ``match=`` pattern;
 2. compiles the tests into probes and runs them on the *gold* sources with the same runner, flags
    and hash seed as grading, twice: both runs must agree (an observation that depends on time or
    memory addresses would fail correct fixes) and every test must end ``ok``;
-3. returns the layout and the observations, to be stored where no sandbox can read them.
+3. returns the layout and the expectations -- the observations, where a ``pytest.raises`` site keeps
+   the test's own predicate ``["raises", classes, pattern, flags]`` instead of what the gold raised
+   (which must satisfy it) -- to be stored where no sandbox can read them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .batching import expected_values, group
-from .compare import read_report
+from .compare import raised_as_expected, read_report
 from .compiler import Probe
 from .grader import (
     RUNNER_ENV,
@@ -36,8 +40,34 @@ from .grader import (
 )
 
 _COLLECTOR = r'''
-import json, sys
+import json, re, sys
 import pytest
+from envhub.verifiers.probes.excinfo import qualname
+
+RAISING = json.loads(sys.stdin.read())  # test module -> test function -> [[site, imports, classes, match], ...]
+
+def raising(item, path):
+    """What each pytest.raises of the test expects, evaluated as pytest would: in its module, with its
+    case's parameters and the imports the test function makes."""
+    spec = getattr(item, "callspec", None)
+    out = {}
+    for site, imports, classes, match in RAISING.get(path, {}).get(item.originalname, []):
+        scope = {**vars(item.module), **(spec.params if spec else {})}
+        for statement in imports:
+            exec(statement, scope)
+        value = eval(classes, scope)
+        value = value if isinstance(value, tuple) else (value,)
+        if not value or not all(isinstance(c, type) and issubclass(c, BaseException) for c in value):
+            raise TypeError(f"{item.nodeid}: pytest.raises({classes}) names no exception class")
+        pattern = None if match is None else eval(match, scope)
+        if isinstance(pattern, re.Pattern) and isinstance(pattern.pattern, str):
+            pattern = [pattern.pattern, pattern.flags]
+        elif pattern is None or isinstance(pattern, str):
+            pattern = [pattern, 0]
+        else:
+            raise TypeError(f"{item.nodeid}: match={match} is not a str pattern")
+        out[str(site)] = ["raises", sorted({qualname(c) for c in value}), *pattern]
+    return out
 
 class _Dump:
     def __init__(self):
@@ -45,8 +75,9 @@ class _Dump:
     def pytest_collection_finish(self, session):
         for item in session.items:
             spec = getattr(item, "callspec", None)
-            self.items.append([item.nodeid, item.path.relative_to(session.config.rootpath).as_posix(),
-                               item.originalname, dict(spec.indices) if spec else {}])
+            path = item.path.relative_to(session.config.rootpath).as_posix()
+            self.items.append([item.nodeid, path, item.originalname, dict(spec.indices) if spec else {},
+                               raising(item, path)])
 
 dump = _Dump()
 code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-c", "/dev/null", "--rootdir", ".",
@@ -60,21 +91,29 @@ class RecordError(RuntimeError):
     """The gold sources do not give clean, repeatable observations (fix the project or its tests)."""
 
 
-def collect_layout(project_root: Path, probes: dict[str, Probe]) -> dict[str, ProbeTest]:
-    """Every test id of the project's suite and where it lives in the probes."""
+def collect_layout(project_root: Path, probes: dict[str, Probe]) -> tuple[dict[str, ProbeTest], dict[str, dict]]:
+    """Every test id of the project's suite, where it lives in the probes, and what each of its
+    ``pytest.raises`` expects (test id -> site -> ``["raises", classes, pattern, flags]``)."""
     env = {**os.environ, "PYTHONPATH": str(project_root.resolve() / "src"), "PYTHONDONTWRITEBYTECODE": "1",
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    wanted: dict[str, dict[str, list]] = {}
+    for path, probe in probes.items():
+        for site, spec in sorted(probe.raising.items()):
+            wanted.setdefault(path, {}).setdefault(spec["function"], []).append(
+                [site, spec["imports"], spec["classes"], spec["match"]])
     proc = subprocess.run([sys.executable, "-c", _COLLECTOR], cwd=project_root, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          input=json.dumps(wanted), text=True, timeout=120)
     if proc.returncode != 0 or "@@ENVHUB@@" not in proc.stdout:
         raise RecordError(f"{project_root.name}: collection failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     layout: dict[str, ProbeTest] = {}
-    for node_id, path, function, indices in json.loads(proc.stdout.rsplit("@@ENVHUB@@", 1)[1]):
+    raising: dict[str, dict] = {}
+    for node_id, path, function, indices, expects in json.loads(proc.stdout.rsplit("@@ENVHUB@@", 1)[1]):
         probe = probes[path]
         bound = {name for f in probe.functions(function) for table in probe.tables[f] for name in table}
         layout[node_id] = ProbeTest(module=path, function=function,
                                     indices={k: int(v) for k, v in indices.items() if k in bound})
-    return layout
+        raising[node_id] = expects
+    return layout, raising
 
 
 def _host_stdout(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str,
@@ -126,7 +165,7 @@ def record_project(project_root: Path, sources: dict[str, str], tests: dict[str,
     unsegmented: dict[str, list[str]] = {}
     for _ in range(2):
         suite = ProbeSuite.compile(tests, {}, unsegmented=unsegmented)
-        suite.tests = collect_layout(project_root, suite.probes)
+        suite.tests, raising = collect_layout(project_root, suite.probes)
         ids = sorted(suite.tests)
         first = run_on_host(suite, sources, ids)
         broken = {(suite.tests[t].module, suite.tests[t].function) for t in ids
@@ -139,7 +178,9 @@ def record_project(project_root: Path, sources: dict[str, str], tests: dict[str,
     bad = [f"{t}: {seg['status']} {str(seg['detail'])[:300]}" for t in ids for seg in first[t] if seg["status"] != "ok"]
     if bad:
         raise RecordError(f"{project_root.name}: gold probes did not all pass:\n" + "\n".join(bad[:10]))
-    suite.batches = _batches(suite, first)
+    expected = _expectations(project_root.name, first, raising)
+    suite.batches = _batches(suite, {t: [{"observations": seen["observations"] + want["observations"]}
+                                         for seen, want in zip(first[t], expected[t], strict=True)] for t in ids})
     for _ in range(3):
         again = run_on_host(suite, sources, ids)
         moved = [t for t in ids if [s["observations"] for s in first[t]] != [s["observations"] for s in again[t]]]
@@ -151,8 +192,27 @@ def record_project(project_root: Path, sources: dict[str, str], tests: dict[str,
                          for path, batches in suite.batches.items()}
     else:
         raise RecordError(f"{project_root.name}: observations differ between two gold runs: {moved[:5]}")
-    suite.expected = {t: [{"status": "ok", "observations": s["observations"]} for s in first[t]] for t in ids}
+    suite.expected = expected
     return suite
+
+
+def _expectations(project: str, observed: dict[str, list[dict[str, Any]]],
+                  raising: dict[str, dict]) -> dict[str, list[dict[str, Any]]]:
+    """The gold's observations as expectations: at a ``pytest.raises`` site, the test's own predicate
+    takes the place of what the gold raised -- once the gold is shown to satisfy it."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for test_id, segments in sorted(observed.items()):
+        out[test_id] = []
+        for segment in segments:
+            observations = []
+            for site, value in segment["observations"]:
+                want = raising.get(test_id, {}).get(str(site))
+                if want is not None and not raised_as_expected(value, want):
+                    raise RecordError(f"{project}: {test_id}: what the gold raised at site {site} is not what "
+                                      f"pytest.raises expects there: {str(value)[:300]} vs {want}")
+                observations.append([site, value if want is None else want])
+            out[test_id].append({"status": "ok", "observations": observations})
+    return out
 
 
 def _batches(suite: ProbeSuite, observed: dict[str, list[dict[str, Any]]]) -> dict[str, list[list[str]]]:

@@ -15,7 +15,7 @@ Encoding decisions beyond the contract's table:
   through ``type``'s own descriptors, state through the ``__dict__`` getset and the slot member
   descriptors in the class dicts along the MRO (a ``__dict__`` property shows as no dict);
   containers are iterated with the builtin's C slots, nothing submitted is hashed.
-* ``raises`` sends its observations raw: ``["raised", qualname, encode(args) | None]``, ``["not raised"]``.
+* ``raises`` sends ``["raised", mro names, text | None]`` (made by ``excinfo.py``) or ``["not raised"]``.
 * ``complex`` -> ``["complex", repr(real), repr(imag)]``; a class -> ``["class", qualname(cls)]``.
 * Sets and dict items are sorted by the compact JSON of their encoded key (then value).
 * A subclass of int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset or
@@ -57,8 +57,6 @@ _test: int | None = None
 
 _TYPE_MRO = type.__dict__["__mro__"]
 _TYPE_DICT = type.__dict__["__dict__"]
-_TYPE_MODULE = type.__dict__["__module__"]
-_TYPE_QUALNAME = type.__dict__["__qualname__"]
 _EXC_ARGS = BaseException.__dict__["args"]
 _GETSET = _types.GetSetDescriptorType
 _MEMBER = _types.MemberDescriptorType
@@ -97,13 +95,15 @@ class _TooBig(Exception):
     pass
 
 
-def qualname(cls: type) -> str:
-    """``module.qualname`` of a class, read through ``type``'s own descriptors (never a metaclass's)."""
-    try:
-        module = _TYPE_MODULE.__get__(cls)
-    except AttributeError:  # deleted from the class dict
-        module = None
-    return f"{module if type(module) is str else '?'}.{_TYPE_QUALNAME.__get__(cls)}"
+if __package__:  # on the host, as envhub.verifiers.probes.runtime
+    from . import excinfo as _excinfo
+else:  # envhub_probe in the sandbox: its helper lies beside it, loaded with it before anything submitted runs
+    _path = _os.path.join(_os.path.dirname(__file__), "envhub_probe_excinfo.py")
+    _spec = _importlib_util.spec_from_file_location("envhub_probe_excinfo", _path)
+    _excinfo = _importlib_util.module_from_spec(_spec)
+    _spec.loader.exec_module(_excinfo)
+
+qualname = _excinfo.qualname
 
 
 def _dumps(obj: Any) -> str:
@@ -294,9 +294,9 @@ def observe(value: Any, site: int) -> None:
 class raises:
     """``with raises(site, message=False) as info:`` -- observe which exception the block raised.
 
-    An ``Exception`` is observed as ``["raised", qualname, encode(args) if message else None]``,
-    suppressed, and kept in ``info.value``. No exception: ``["not raised"]`` is observed and
-    :class:`NotRaised` ends the test. Other ``BaseException``\\ s propagate untouched.
+    An ``Exception`` is observed as ``["raised", names, text]`` (``excinfo.py``: its MRO's names, and
+    with ``message`` the text ``match=`` searches), suppressed, kept in ``info.value``. No exception:
+    ``["not raised"]`` is observed, :class:`NotRaised` ends the test. Other ``BaseException``\\ s propagate.
     """
 
     def __init__(self, site: int, message: bool = False) -> None:
@@ -314,8 +314,8 @@ class raises:
             raise NotRaised(f"no exception at site {self.site}")
         if not issubclass(exc_type, Exception):
             return False
-        args = encode(_EXC_ARGS.__get__(exc)) if self.message else None
-        send([_test, self.site, ["raised", qualname(type(exc)), args]])
+        text = _excinfo.message(exc) if self.message else None  # its own __str__ may raise: then so does pytest
+        send([_test, self.site, ["raised", _excinfo.names(type(exc)), text]])
         self.value, self.type = exc, type(exc)
         return True
 
