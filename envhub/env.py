@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from envhub.budget import Budget, check_budget
 from envhub.errors import EpisodeFinishedError, InfraError, ToolError
 from envhub.parsing import PARSERS, TOOL_CALL_EXAMPLE, ToolCallParser, coerce_action, sanitize_calls
+from envhub.rebuild import RebuiltOnCopy
 from envhub.sandboxes.door import SandboxDoor
 from envhub.tools import ToolArgumentError, ToolDef, collect_tools
 from envhub.types import (
@@ -51,8 +52,7 @@ _TASK_CACHE_LOCK = threading.Lock()
 
 
 def _renew_after_fork() -> None:
-    """In a forked child (AsyncVectorEnv, multiprocessing) a lock another thread held at the fork
-    would never be released."""
+    """A forked child (AsyncVectorEnv) would never see a lock another thread held at the fork released."""
     global _TASK_CACHE_LOCK
     _TASK_CACHE_LOCK = threading.Lock()
 
@@ -102,8 +102,8 @@ class Episode:
         return self.verdict.outcome if self.verdict else None
 
 
-class Env:
-    """Base class of every envhub environment. See the module docstring."""
+class Env(RebuiltOnCopy):
+    """Base class of every envhub environment. See the module docstring (copies: :mod:`envhub.rebuild`)."""
 
     env_id: ClassVar[str] = ""
     family: ClassVar[str] = ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import logging
 import sys
 import threading
@@ -27,6 +28,10 @@ log = logging.getLogger(__name__)
 class UnknownEnvError(KeyError):
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class EnvArgumentError(TypeError):
+    """A keyword argument the env's constructor does not take; the message names those it does."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +74,57 @@ def register(
 
 
 def make(env_id: str, **kwargs: Any) -> Env:
-    """Construct a registered env; keyword arguments override the registered defaults."""
+    """Construct a registered env; keyword arguments override the registered defaults.
+
+    An argument the env does not take is an :class:`EnvArgumentError` naming those it does."""
     spec = get_spec(env_id)
-    return spec.load()(**{**spec.kwargs, **kwargs})
+    merged = {**spec.kwargs, **kwargs}
+    check_env_kwargs(env_id, merged)
+    return spec.load()(**merged)
+
+
+def env_arguments(env_id: str) -> list[str] | None:
+    """The keyword arguments ``env_id``'s constructor takes, sorted; None when it cannot be told
+    (a factory or an ``__init__`` that takes ``**kwargs`` without handing them to the base class)."""
+    target = get_spec(env_id).load()
+    if not inspect.isclass(target):
+        return _parameters(target, [])
+    names: list[str] = []
+    for cls in inspect.getmro(target):  # each __init__ that takes **kwargs hands them on to the next
+        init = cls.__dict__.get("__init__")
+        if init is None or cls is object:
+            continue
+        found = _parameters(init, names)
+        if found is not None:
+            return found
+    return sorted(set(names))
+
+
+def _parameters(fn: Callable[..., Any], names: list[str]) -> list[str] | None:
+    """Adds ``fn``'s keyword parameters to ``names``; the sorted set once ``fn`` takes no
+    ``**kwargs`` (complete), else None (the rest is up to whatever it hands them to)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    names += [p.name for p in params if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return sorted(set(names))
+
+
+def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
+    """:class:`EnvArgumentError` when ``kwargs`` names an argument ``env_id``'s constructor does not
+    take (nothing is checked where that cannot be told: see :func:`env_arguments`)."""
+    accepted = env_arguments(env_id)
+    unknown = sorted(set(kwargs) - set(accepted)) if accepted is not None else []
+    if not unknown:
+        return
+    hints = [m for name in unknown for m in difflib.get_close_matches(name, accepted or [], n=1)]
+    hint = f"; did you mean {', '.join(repr(h) for h in hints)}?" if hints else ""
+    raise EnvArgumentError(
+        f"{env_id} takes no argument {', '.join(repr(n) for n in unknown)}{hint} "
+        f"(it takes: {', '.join(accepted or [])})")
 
 
 def get_spec(env_id: str) -> EnvSpec:

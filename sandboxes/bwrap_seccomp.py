@@ -1,20 +1,15 @@
 """The seccomp filter a bwrap sandbox runs under, built with libseccomp (through ``pyseccomp``).
 
-Docker applies its default seccomp profile to every container; bwrap applies none unless given
-one with ``--seccomp FD`` (a compiled BPF program, loaded after bwrap's own setup, right before
-it executes the executor). This module builds such a program with the same intent as Docker's
-default profile: everything is allowed except the syscalls that reach kernel attack surface or
-host state a sandboxed program has no business with -- loading modules and kexec, mounts and
-namespaces, keyrings, BPF, perf, ptrace and cross-process memory access, userfaultfd, file
-handles, clocks, swap, quotas, io_uring, raw I/O ports. Those fail with ``EPERM`` (``clone3``
-with ``ENOSYS``, so the C library falls back to ``clone``, whose namespace flags are checked).
-Syscalls of another ABI (32-bit x86, x32) kill the process: a filter checks one ABI's numbers.
+bwrap applies no seccomp filter unless given one with ``--seccomp FD`` (a compiled BPF program,
+loaded after bwrap's own setup, right before it executes the executor). This module compiles
+the policy of :mod:`.seccomp_policy` -- the same lists the docker backend hands the engine as
+its profile -- into such a program: default allow; ``EPERM`` for the refused syscalls, for
+namespace flags of ``clone`` and for ``personality`` turning off address-space randomisation;
+``ENOSYS`` for ``clone3``, so the C library falls back to ``clone``. Syscalls of another ABI
+(32-bit x86, x32) kill the process: a filter checks one ABI's numbers.
 
 Most of these already fail for lack of capabilities (bwrap drops them all, in a user namespace
-of its own); the filter keeps the kernel code behind them out of reach too -- the point of
-Docker's profile. ``personality`` may not turn off address-space randomisation or make reads
-imply exec; that also refuses the read-only query ``personality(0xffffffff)``, which libseccomp
-cannot tell apart from setting every flag.
+of its own); the filter keeps the kernel code behind them out of reach too.
 
 :func:`seccomp_program` returns the program, or why there is none (pyseccomp or libseccomp
 missing), which ``envhub sandbox doctor`` and the auto backend choice report.
@@ -29,32 +24,15 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger(__name__)
-
-#: Denied with EPERM, by name; names that do not exist on this architecture are skipped.
-DENIED_SYSCALLS = (
-    # kernel code and the machine itself
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "create_module",
-    "get_kernel_syms", "query_module", "reboot", "swapon", "swapoff", "acct", "iopl", "ioperm",
-    "uselib", "_sysctl", "sysfs", "syslog", "vhangup", "nfsservctl", "lookup_dcookie", "vm86", "vm86old",
-    # mounts, namespaces, identity of the machine
-    "mount", "umount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick",
-    "move_mount", "open_tree", "mount_setattr", "unshare", "setns", "sethostname", "setdomainname",
-    # keyrings, BPF, perf, tracing and other processes' memory
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "ptrace", "process_vm_readv",
-    "process_vm_writev", "userfaultfd", "fanotify_init",
-    # file handles (open any inode by number), quotas
-    "open_by_handle_at", "name_to_handle_at", "quotactl", "quotactl_fd",
-    # clocks
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "stime",
-    # io_uring: a large surface, and requests that bypass this very filter
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
+from envhub.sandboxes.seccomp_policy import (
+    ARCHES,
+    DENIED_SYSCALLS,
+    ENOSYS_SYSCALLS,
+    NAMESPACE_FLAGS,
+    PERSONALITY_FLAGS,
 )
-#: ``clone`` flags that make a new namespace (CLONE_NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC,
-#: NEWUSER, NEWPID, NEWNET): a clone carrying any of them fails with EPERM.
-NAMESPACE_FLAGS = (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
-#: ``personality`` flags refused (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO).
-PERSONALITY_FLAGS = (0x0040000, 0x0400000, 0x0100000)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,8 +57,7 @@ class SeccompProgram:
 
 def _clone_flags_arg() -> int | None:
     """Which argument of ``clone`` holds the flags here (None: an architecture we do not check)."""
-    machine = os.uname().machine
-    return 0 if machine in ("x86_64", "aarch64", "riscv64", "ppc64le") else None
+    return 0 if os.uname().machine in ARCHES else None
 
 
 @functools.cache
@@ -109,7 +86,8 @@ def _compile(seccomp: Any) -> SeccompProgram:
             continue
         flt.add_rule(deny, name)
         denied.append(name)
-    flt.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # its flags sit in memory a filter cannot read
+    for name in ENOSYS_SYSCALLS:  # clone3: its flags sit in memory a filter cannot read
+        flt.add_rule(seccomp.ERRNO(errno.ENOSYS), name)
     arg = _clone_flags_arg()
     if arg is not None:
         for flag in NAMESPACE_FLAGS:

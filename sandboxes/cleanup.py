@@ -1,11 +1,16 @@
-"""Guaranteed cleanup of live sandboxes and pools: normal exit, exceptions, SIGINT, SIGTERM.
+"""Guaranteed cleanup of live sandboxes and pools: normal exit, exceptions, SIGINT, SIGTERM, SIGHUP.
 
 Everything that owns an outside resource (a container, a bwrap process tree, a scratch dir)
 registers here while it is open. ``atexit`` closes what is left on a normal exit or an uncaught
-exception. SIGTERM would end the process without running ``atexit``, and SIGINT may arrive while
-a caller swallows ``KeyboardInterrupt``, so both get a handler that closes everything and then
-*chains* to whatever handler was installed before ours (re-raising the default action if that
-was the default), so we never change how the program itself reacts to the signal.
+exception. SIGTERM and SIGHUP would end the process without running ``atexit``, and SIGINT may
+arrive while a caller swallows ``KeyboardInterrupt``, so each gets a handler that closes everything
+and then *chains* to whatever handler was installed before ours (re-raising the default action if
+that was the default), so we never change how the program itself reacts to the signal. A signal
+the program ignores (``nohup`` ignores SIGHUP) gets no handler: it must not close anything either.
+A command may ask for a signal to stop it as Ctrl-C does (:func:`signals_interrupt`: ``envhub
+rollout`` and ``verify`` do for SIGTERM): the handler then closes everything and raises
+:class:`SignalInterrupt`, a ``KeyboardInterrupt`` that names the signal, so the command says where
+it stood and exits 128 + the signal's number.
 
 Python runs signal handlers only in the main thread and only lets the main thread install
 them, while rollouts, ``verify`` and the server create their sandboxes in worker threads. So the
@@ -18,8 +23,11 @@ created), so a signal in between still finds it.
 The handler itself must not hang the process it was asked to end: it hands the work to a
 reaper thread (started at the first ``track``), which closes everything in parallel -- the
 interrupted main thread may hold a lock a close needs -- and waits for it at most
-:data:`SIGNAL_CLEANUP_S` before chaining anyway. A signal that ends the process also makes
-:func:`shutting_down` true, so a sandbox a worker thread is starting meanwhile gives up.
+:data:`SIGNAL_CLEANUP_S` before chaining anyway. While a stop is under way -- a signal's cleanup,
+or an interrupted run ending (:func:`begin_stop`) -- :func:`shutting_down` is true: a sandbox a
+worker thread is starting meanwhile gives up, and pools neither hand out nor replace sandboxes
+(the ones failing now were closed by the stop, not broken). A signal that ends the process keeps
+it true for good.
 Registered *sweepers* then catch what a close could not know about (the docker backend removes
 this process's containers that no sandbox accounts for, e.g. one a worker thread was creating
 while we were closing).
@@ -45,7 +53,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, Protocol
 
@@ -71,7 +79,12 @@ _requests: queue.SimpleQueue[tuple[threading.Event, float]] = queue.SimpleQueue(
 _reaper: threading.Thread | None = None
 _reaper_lock = threading.Lock()
 _start_swept: set[str] = set()
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: One token per stop under way (a signal's cleanup, an interrupted run's end): list operations
+#: are atomic, so a signal handler can add one without a lock.
+_stops: list[object] = []
+#: Signals that stop the program as Ctrl-C does while a command asks for it (:func:`signals_interrupt`).
+_as_interrupt: set[int] = set()
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _sweep_docker() -> None:
@@ -229,17 +242,76 @@ def close_all_bounded(timeout: float | None = None) -> None:
 
 
 def shutting_down() -> bool:
-    """True once a signal that ends this process is being handled: start nothing new."""
-    return _fatal
+    """True while a stop is under way (:func:`begin_stop`: a signal's cleanup, an interrupted run
+    ending), and for good once a signal that ends this process is being handled: start nothing new."""
+    return _fatal or bool(_stops)
+
+
+def begin_stop() -> Callable[[], None]:
+    """Start a stop: until the returned function is called (idempotent), :func:`shutting_down` is
+    true. Call it before closing anything, and end it once the work being stopped has ended: what
+    fails in between failed because of the stop, and nothing is started to replace it."""
+    token = object()
+    _stops.append(token)
+
+    def end() -> None:
+        with contextlib.suppress(ValueError):
+            _stops.remove(token)
+
+    return end
+
+
+class SignalInterrupt(KeyboardInterrupt):
+    """A ``KeyboardInterrupt`` that says which signal stopped the run: Ctrl-C's SIGINT, or one that
+    a command maps to it (:func:`signals_interrupt`). A command exits with :attr:`exit_code`."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a process the signal ended: 130, 143."""
+        return 128 + self.signum
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a command a ``KeyboardInterrupt`` ended: 128 + its signal (SIGINT: 130)."""
+    return exc.exit_code if isinstance(exc, SignalInterrupt) else 128 + signal.SIGINT
+
+
+@contextlib.contextmanager
+def signals_interrupt(*signums: int) -> Iterator[None]:
+    """While the block runs, each of ``signums`` (e.g. SIGTERM) stops the program as Ctrl-C does:
+    everything is closed, then :class:`SignalInterrupt` is raised in the main thread (a run that
+    polls, :func:`envhub.rollout.collect.ctrl_c_requests_stop`, gets a stop request instead)."""
+    added = set(signums) - _as_interrupt
+    _as_interrupt.update(added)
+    try:
+        yield
+    finally:
+        _as_interrupt.difference_update(added)
+
+
+def interrupt_signals() -> tuple[int, ...]:
+    """SIGINT, plus the signals a command has mapped to it (:func:`signals_interrupt`)."""
+    return (signal.SIGINT, *sorted(_as_interrupt - {signal.SIGINT}))
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     global _fatal
     previous = _previous.get(signum, signal.SIG_DFL)
-    if not callable(previous) and previous != signal.SIG_IGN:
+    interrupt = signum in _as_interrupt
+    if not interrupt and not callable(previous) and previous != signal.SIG_IGN:
         _fatal = True  # before the close: a sandbox starting meanwhile then gives up by itself
-    if os.getpid() == _owner_pid:
-        close_all_bounded()
+    end_stop = begin_stop()  # likewise while the close runs, and pools replace nothing it closes
+    try:
+        if os.getpid() == _owner_pid:
+            close_all_bounded()
+    finally:
+        end_stop()
+    if interrupt:
+        raise SignalInterrupt(signum)
     if callable(previous):
         previous(signum, frame)
     elif previous == signal.SIG_IGN:
@@ -259,7 +331,7 @@ def install_signal_handlers() -> bool:
     with _lock:
         for signum in HANDLED_SIGNALS:
             current = signal.getsignal(signum)
-            if current is _handler:
+            if current is _handler or current == signal.SIG_IGN:  # ignored (nohup): nothing to clean up for
                 continue
             if signum in _installed and current not in (signal.SIG_DFL, signal.default_int_handler):
                 ok = False  # installed after ours (and maybe chaining to it): not ours to replace
@@ -285,6 +357,7 @@ def _forget_after_fork() -> None:
     _reaper = None  # threads do not survive a fork
     _requests = queue.SimpleQueue()
     _live.clear()
+    _stops.clear()  # the parent's stop is the parent's
     _fatal = False
     _owner_pid = os.getpid()
 

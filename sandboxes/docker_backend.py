@@ -1,8 +1,10 @@
 """The Docker backend: a hardened container whose PID 1 is the resident executor.
 
 Hardening (see :func:`container_config`): no network, every capability dropped,
-no-new-privileges, a pids limit, a memory limit with swap equal to it (no swap), CPU quota,
-read-only root with size-limited tmpfs for ``/work``, ``/tmp`` and ``/dev/shm``, uid 1000.
+no-new-privileges, envhub's seccomp profile (:func:`.seccomp_policy.docker_profile`, the list
+bwrap's filter is compiled from) instead of the engine's default, which differs by engine
+version, a pids limit, a memory limit with swap equal to it (no swap), CPU quota, read-only root
+with size-limited tmpfs for ``/work``, ``/tmp`` and ``/dev/shm``, uid 1000.
 
 We talk to the executor over the container's attach stream (no ``docker exec`` per call). The
 container is created with ``stdin_once`` and ``auto_remove``: when our attach connection closes
@@ -38,6 +40,7 @@ from envhub.sandboxes.dockerapi import (
 )
 from envhub.sandboxes.images import base_image_tag, ensure_base_image
 from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
+from envhub.sandboxes.seccomp_policy import docker_security_opt
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +67,7 @@ def container_config(spec: SandboxSpec, image: str, command: list[str]) -> tuple
     host = {
         "network_mode": "bridge" if limits.network else "none",
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", docker_security_opt()],
         "pids_limit": limits.pids,
         "mem_limit": memory,
         "memswap_limit": memory,
@@ -283,8 +286,8 @@ def prune(all_owners: bool = False) -> int:
     """Remove envhub containers left behind; returns how many.
 
     By default only those whose owning process is gone (so a concurrent envhub run is left
-    alone), plus this process's own containers that no open sandbox accounts for.
-    ``all_owners=True`` removes every envhub-labelled container.
+    alone), plus this process's own sandbox containers that no open sandbox accounts for (not the
+    server it runs in ``envhub serve --docker``). ``all_owners=True`` removes every envhub-labelled container.
     """
     client = docker_client()
     # Every container this process creates carries its sandbox's token, from before it has an id.
@@ -292,8 +295,8 @@ def prune(all_owners: bool = False) -> int:
     removed = 0
     for container in owned_containers(client):
         labels = container.labels
-        mine_but_untracked = (labels.get(LABEL_PID) == str(os.getpid())
-                              and labels.get(LABEL_SANDBOX) not in open_sandboxes)
+        mine_but_untracked = (labels.get(LABEL_PID) == str(os.getpid()) and labels.get("envhub.backend") == "docker"
+                              and labels.get(LABEL_SANDBOX) not in open_sandboxes)  # a sandbox: not a served one
         if all_owners or not _owner_alive(labels) or mine_but_untracked:
             removed += _force_remove(client.api, container.id)
     return removed

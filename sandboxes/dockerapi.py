@@ -19,6 +19,9 @@ LABEL_OWNED = "envhub.owned"
 LABEL_PID = "envhub.pid"
 LABEL_HOST = "envhub.host"
 LABEL_IMAGE = "envhub.image"
+#: What made a container: ``docker`` (a sandbox) or ``serve`` (``envhub serve --docker``).
+LABEL_BACKEND = "envhub.backend"
+SERVE_BACKEND = "serve"
 #: On images: the content hash of the build inputs (rebuild only when it changes).
 LABEL_INPUTS = "envhub.inputs"
 LABEL_VERSION = "envhub.version"

@@ -13,18 +13,24 @@ POOL_VARIABLE = "ENVHUB_SANDBOX_POOL"
 
 def new_sandbox(backend: str, spec: SandboxSpec | None = None) -> ResidentSandbox:
     """A started sandbox of exactly ``backend`` (no selection, no pool)."""
+    return unstarted_sandbox(backend, spec).start()
+
+
+def unstarted_sandbox(backend: str, spec: SandboxSpec | None = None) -> ResidentSandbox:
+    """A sandbox of exactly ``backend`` that ``start()`` starts: a caller that must be able to
+    close it while it starts (a pool) holds it first."""
     if backend == "docker":
         from envhub.sandboxes.docker_backend import DockerSandbox
 
-        return DockerSandbox(spec).start()
+        return DockerSandbox(spec)
     if backend == "bwrap":
         from envhub.sandboxes.bwrap_backend import BwrapSandbox
 
-        return BwrapSandbox(spec).start()
+        return BwrapSandbox(spec)
     if backend == "process":
         from envhub.sandboxes.process_backend import ProcessSandbox
 
-        return ProcessSandbox(spec).start()
+        return ProcessSandbox(spec)
     raise ValueError(f"unknown sandbox backend {backend!r}")
 
 

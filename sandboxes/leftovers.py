@@ -12,8 +12,10 @@ other runs), so it removes a container only when all of these hold:
 - it carries our labels (``envhub.owned=1``) and names this host: another machine's client on
   a shared engine cannot be checked from here, so its containers are left to ``envhub sandbox
   prune``;
-- it was never started or has stopped (*created*, *exited*, *dead*): a running one either has a
-  live owner holding its attach stream or is about to remove itself;
+- it was never started or has stopped (*created*, *exited*, *dead*): a running sandbox either has
+  a live owner holding its attach stream or is about to remove itself. A served container
+  (``envhub serve --docker``, labelled ``envhub.backend=serve``) is the exception: its server runs
+  on without its owner, so it is removed running too;
 - its owner pid is not this process and is gone: no such process, or the process that holds the
   pid now started after the container was created (the pid was reused).
 """
@@ -26,7 +28,7 @@ import os
 import socket
 from typing import Any
 
-from envhub.sandboxes.dockerapi import LABEL_HOST, LABEL_OWNED, LABEL_PID
+from envhub.sandboxes.dockerapi import LABEL_BACKEND, LABEL_HOST, LABEL_OWNED, LABEL_PID, SERVE_BACKEND
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ def sweep_dead_owners(client: Any | None = None) -> int:
 
     client = client or docker_client()
     rows = client.api.containers(all=True, filters={"label": f"{LABEL_OWNED}=1", "status": list(STOPPED_STATES)})
+    rows += client.api.containers(filters={"label": [f"{LABEL_OWNED}=1", f"{LABEL_BACKEND}={SERVE_BACKEND}"],
+                                           "status": "running"})  # a server runs on without its owner
     gone = [row["Id"] for row in rows
             if owner_gone(dict(row.get("Labels") or {}), float(row.get("Created") or math.inf))]
     removed = sum(_force_remove(client.api, cid) for cid in gone)

@@ -9,6 +9,12 @@ A sandbox that died (its container was killed, its executor vanished) makes the 
 raise :class:`SandboxError` -- the episode ends as ``env_error`` -- and is replaced in the
 background when the lease comes back. ``acquire`` never blocks on a full pool: it starts a
 fresh sandbox when none is idle, so a caller holding several leases cannot deadlock.
+
+A pool that is closed, or a process that is stopping (:func:`.cleanup.shutting_down`: a signal's
+cleanup, an interrupted run ending), starts and replaces nothing: a sandbox that fails then was
+closed by the stop, not broken, and is dropped without a warning. Sandboxes being started are
+held by the pool from before their start, so :meth:`SandboxPool.close` closes them too, and their
+start fails instead of handing out a sandbox after the close.
 """
 
 from __future__ import annotations
@@ -112,15 +118,16 @@ class SandboxPool:
 
     def __init__(self, backend: str = "auto", spec: SandboxSpec | None = None, size: int = 2, *,
                  prestart: bool = True) -> None:
-        from envhub.sandboxes.factory import new_sandbox
+        from envhub.sandboxes.factory import unstarted_sandbox
         from envhub.sandboxes.selection import select_backend
 
         self.backend = select_backend(backend)
         self.spec = spec or SandboxSpec()
         self.size = max(0, int(size))
         self.stats = PoolStats()
-        self._new = lambda: new_sandbox(self.backend, self.spec)
+        self._new = lambda: unstarted_sandbox(self.backend, self.spec)
         self._idle: list[ResidentSandbox] = []
+        self._starting: dict[int, ResidentSandbox] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._refills: list[threading.Thread] = []
@@ -133,8 +140,30 @@ class SandboxPool:
                 self.close()
                 raise
 
+    def _stopping(self) -> bool:
+        """Closed, or the process is stopping: start nothing, replace nothing, warn of nothing."""
+        return self._closed or cleanup.shutting_down()
+
     def _start_one(self) -> ResidentSandbox:
+        """A started sandbox, held by the pool while it starts; SandboxError when the pool is
+        closed or the process stops, before the start or during it (the close closes it)."""
+        if self._stopping():
+            raise SandboxError(f"the {self.backend} sandbox pool is {'closed' if self._closed else 'stopping'}")
         sandbox = self._new()
+        with self._lock:
+            held = not self._stopping()
+            if held:
+                self._starting[id(sandbox)] = sandbox
+        if not held:  # closed or stopped between the check and now
+            sandbox.close()
+            raise SandboxError(f"the {self.backend} sandbox pool closed while a sandbox was being made")
+        try:
+            sandbox.start()
+        finally:
+            with self._lock:
+                self._starting.pop(id(sandbox), None)
+        if sandbox.closed:  # the pool's close (or a stop) closed it just as its start ended
+            raise SandboxError(f"the {self.backend} sandbox pool closed while a sandbox was starting")
         with self._lock:
             self.stats.created += 1
         return sandbox
@@ -164,18 +193,24 @@ class SandboxPool:
                 with self._lock:
                     self.stats.reused += 1
                 return PooledSandbox(self, sandbox)
+            if sandbox.closed or self._stopping():  # closed by a stop, not dead: no warning
+                sandbox.close()
+                continue  # and the next round starts none while stopping
             log.warning("pooled %s sandbox %r died while idle; replacing it", self.backend, sandbox)
             sandbox.close()
             with self._lock:
                 self.stats.replaced += 1
 
     def _give_back(self, sandbox: ResidentSandbox) -> None:
-        if self._closed:
+        if self._stopping() or sandbox.closed:  # a closed one was closed by a stop: not broken
             sandbox.close()
             return
         try:
             sandbox.reset()
         except SandboxError as exc:
+            if self._stopping() or sandbox.closed:  # the stop began while it was being reset
+                sandbox.close()
+                return
             log.warning("pooled %s sandbox %r is broken (%s); replacing it", self.backend, sandbox, exc)
             sandbox.close()
             with self._lock:
@@ -189,14 +224,15 @@ class SandboxPool:
     def _refill_in_background(self) -> None:
         def refill() -> None:
             try:
-                if not self._closed and self.idle < self.size:
+                if not self._stopping() and self.idle < self.size:
                     self._add_idle(self._start_one())
             except Exception as exc:  # acquire() will start one on demand instead
-                log.warning("could not replace a pooled %s sandbox: %s", self.backend, exc)
+                if not self._stopping():  # a stop closed it while it started: nothing went wrong
+                    log.warning("could not replace a pooled %s sandbox: %s", self.backend, exc)
 
         thread = threading.Thread(target=refill, name="envhub-pool-refill", daemon=True)
         with self._lock:
-            if self._closed:
+            if self._stopping():
                 return
             thread.start()  # under the lock: close() sees it started, or it never starts
             self._refills = [t for t in self._refills if t.is_alive()] + [thread]
@@ -209,13 +245,16 @@ class SandboxPool:
             thread.join(timeout)
 
     def close(self) -> None:
+        """Close the idle sandboxes and those being started (whose start then fails); wait for the
+        background replacements, which end as soon as their start does. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             idle, self._idle = self._idle, []
+            starting = list(self._starting.values())
         cleanup.untrack(self)
-        for sandbox in idle:
+        for sandbox in [*idle, *starting]:
             sandbox.close()
         self.wait_refills(timeout=30.0)
 

@@ -11,7 +11,15 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from envhub.cli.common import console, env_spec, err, fail, parse_kv
+from envhub.cli.common import (
+    checked_env_kwargs,
+    console,
+    env_spec,
+    err,
+    fail,
+    parse_kv,
+    signals_stop_like_ctrl_c,
+)
 
 
 def _new_env() -> Any:
@@ -208,6 +216,7 @@ def rollout(
     from envhub.rollout.runner import RolloutOutputError, run_rollouts
     from envhub.rollout.summary import render_table
     from envhub.run_dir import Run
+    from envhub.sandboxes.cleanup import exit_code
 
     _check_backend(backend, address, remote, metrics_port)
     env_factory = None
@@ -221,7 +230,9 @@ def rollout(
         pol = make_policy(policy) if backend == "local" else None  # a Ray backend makes it in its workers
     except (ValueError, ImportError) as exc:
         raise fail(str(exc)) from None
-    env_kwargs = {"sandbox": sandbox, **parse_kv(env_arg)}
+    # a served env's arguments are the server's: --env-arg names its env only for the records
+    env_kwargs = {"sandbox": sandbox, **parse_kv(env_arg)} if remote else \
+        checked_env_kwargs(env_id, env_arg, sandbox=sandbox)
     on_metrics, stop_metrics = None, None
     if metrics_port is not None:
         try:
@@ -232,17 +243,25 @@ def rollout(
             raise fail(f"--metrics-port: {exc}") from None
     collector = _ray_collector(env_id, policy, split, env_kwargs, concurrency, address) if backend == "ray" else None
     bar = EpisodeProgress(Run(out).trajectories_path, episodes, show=progress_wanted(progress))
+    said: list[bool] = []
+
+    def say_interrupted() -> None:  # what finished is on disk; say so, and how to go on
+        if not said:
+            said.append(True)
+            bar.close("")  # the live bar stops first: the line is not drawn over
+            err.print(interrupted_message(Run(out).trajectories_path, episodes), markup=False, highlight=False)
+
     try:
-        with bar:
+        with signals_stop_like_ctrl_c(), bar:
             result = run_rollouts(
                 env_id, pol, out_dir=out, episodes=episodes, group_size=group_size, seed=seed,
                 concurrency=concurrency, split=split, env_kwargs=env_kwargs, env_factory=env_factory,
                 collector=collector,
-                on_episode=_chain(bar.on_episode, on_metrics),
+                on_episode=_chain(bar.on_episode, on_metrics), on_interrupt=say_interrupted,
             )
-    except KeyboardInterrupt:  # what finished is on disk; say so, and how to go on
-        err.print(interrupted_message(Run(out).trajectories_path, episodes), markup=False, highlight=False)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C (130) or SIGTERM (143): said at once, or now
+        say_interrupted()
+        raise typer.Exit(exit_code(exc)) from None
     except (ValueError, PermissionError, TypeError) as exc:
         raise fail(str(exc)) from None
     except RolloutOutputError as exc:  # a full disk under --out: what is on disk is kept and said
@@ -306,37 +325,58 @@ def tasks_export(
     format: Annotated[str, typer.Option("--format", help="harbor | openenv")] = "harbor",
     split: str = "test",
     limit: Annotated[int, typer.Option(help="at most this many tasks; 0 = all (harbor)")] = 0,
-    base_image: Annotated[str | None, typer.Option(help="FROM image (default: the envhub base image)")] = None,
+    base_image: Annotated[str | None, typer.Option(
+        help="FROM image (harbor default: a public python image, pulled where the task is built; "
+             "openenv default: the local envhub base image)")] = None,
 ) -> None:
     """Export an env's tasks in another harness's task format: one Harbor task directory per
-    task, or an OpenEnv package (openenv.yaml, an offline Dockerfile) that serves the split."""
+    task, or an OpenEnv package (openenv.yaml, an offline Dockerfile) that serves the split.
+    Prints what the export needs where it runs: network, base image, uid."""
     from envhub.registry import make
 
     if format not in ("harbor", "openenv"):
         raise fail(f"unknown task format {format!r}; supported: harbor, openenv")
     env_spec(env_id)
     if format == "openenv":
-        from envhub.server.openenv_package import OpenEnvExportError, export_openenv_package
+        from envhub.sandboxes.images import AGENT_UID, base_image_tag
+        from envhub.server.openenv_package import NETWORK_MODE, OpenEnvExportError, export_openenv_package
 
         if limit:
             raise fail("--limit does not apply to --format openenv: the package serves the whole split")
+        base = base_image or str(base_image_tag())
         try:
-            export_openenv_package(env_id, dest, split=split, base_image=base_image, echo=console.print)
+            export_openenv_package(env_id, dest, split=split, base_image=base, echo=console.print)
         except OpenEnvExportError as exc:
             raise fail(str(exc)) from None
+        _print_needs("the package", f"none ({NETWORK_MODE})", base, AGENT_UID)
         return
     env = make(env_id, split=split)
     exporter = getattr(env, "export_harbor", None)
     if exporter is None:
         raise fail(f"{env_id} does not support Harbor export")
-    if base_image is None:
-        from envhub.sandboxes.images import base_image_tag
-
-        base_image = str(base_image_tag())
     ids = list(env.tasks.task_ids(split))
     ids = ids[:limit] if limit else ids
     written = exporter(ids, dest, base_image=base_image)
     console.print(f"wrote {len(written)} Harbor tasks to {dest}")
+    if written:
+        _print_harbor_needs(Path(written[0]))
+
+
+def _print_needs(what: str, network: str, base_image: str, uid: object) -> None:
+    console.print(f"{what} needs: network {network}; base image {base_image}; uid {uid}", markup=False,
+                  highlight=False)
+
+
+def _print_harbor_needs(task_dir: Path) -> None:
+    """What a Harbor task says it needs, read back from its task.toml (every task says the same)."""
+    import tomllib
+
+    config = tomllib.loads((task_dir / "task.toml").read_text())
+    meta, environment = config.get("metadata", {}), config.get("environment", {})
+    # Harbor's default is to allow it: only an explicit false means none
+    network = "none (allow_internet = false)" if environment.get("allow_internet") is False else "allowed"
+    _print_needs("each task", network, meta.get("envhub_base_image", "(see environment/Dockerfile)"),
+                 meta.get("envhub_agent_uid", "(see environment/Dockerfile)"))
 
 
 def main() -> None:

@@ -3,8 +3,11 @@ env ids. Each part's ``cli.py`` uses these; no command imports another's private
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import typer
@@ -47,3 +50,26 @@ def env_spec(env_id: str) -> Any:
         return get_spec(env_id)
     except UnknownEnvError as exc:
         raise fail(str(exc)) from None
+
+
+def checked_env_kwargs(env_id: str, pairs: list[str] | None, **given: Any) -> dict[str, Any]:
+    """``given`` (what the command's own options pass to the env) plus the ``--env-arg`` pairs;
+    exit 2 naming the env's accepted arguments when one of them is not one."""
+    from envhub.registry import EnvArgumentError, check_env_kwargs
+
+    kwargs = {**given, **parse_kv(pairs)}
+    try:
+        check_env_kwargs(env_id, kwargs)
+    except EnvArgumentError as exc:
+        raise fail(f"--env-arg: {exc}") from None
+    return kwargs
+
+
+@contextlib.contextmanager
+def signals_stop_like_ctrl_c() -> Iterator[None]:
+    """While the block runs, SIGTERM stops the command as Ctrl-C does: it says where it stood and
+    exits 143 (Ctrl-C: 130) -- see :func:`envhub.sandboxes.cleanup.signals_interrupt`."""
+    from envhub.sandboxes.cleanup import signals_interrupt
+
+    with signals_interrupt(signal.SIGTERM):
+        yield

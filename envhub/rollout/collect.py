@@ -29,7 +29,8 @@ from envhub.rollout.episodes import (
     plan_episodes,
     run_episode,
 )
-from envhub.sandboxes.cleanup import close_all_bounded
+from envhub.sandboxes import cleanup
+from envhub.sandboxes.cleanup import SignalInterrupt, close_all_bounded
 from envhub.types import TrajectoryRecord
 
 log = logging.getLogger(__name__)
@@ -287,30 +288,89 @@ def end_episodes_in_flight() -> None:
         log.warning("closing the sandboxes of an interrupted run failed: %r", exc)
 
 
+class StopRequest(threading.Event):
+    """Set when a signal asked the run to stop; :attr:`signum` says which (SIGINT for Ctrl-C)."""
+
+    signum: int = signal.SIGINT
+
+
 @contextlib.contextmanager
-def ctrl_c_requests_stop() -> Iterator[threading.Event]:
-    """While the block runs, Ctrl-C sets the event instead of raising ``KeyboardInterrupt``
-    wherever the main thread happens to be: raised inside ``concurrent.futures``' or a queue's
-    lock handling, it can leave a lock held and deadlock the run. A second Ctrl-C raises at once.
-    Off the main thread (no signals there) the event is never set."""
-    stop = threading.Event()
+def ctrl_c_requests_stop() -> Iterator[StopRequest]:
+    """While the block runs, Ctrl-C -- and each signal the command maps to it
+    (:func:`envhub.sandboxes.cleanup.signals_interrupt`, e.g. SIGTERM) -- sets the event instead of
+    raising ``KeyboardInterrupt`` wherever the main thread happens to be: raised inside
+    ``concurrent.futures``' or a queue's lock handling, it can leave a lock held and deadlock the
+    run. A second signal raises :class:`~envhub.sandboxes.cleanup.SignalInterrupt` at once. Off the
+    main thread (no signals there) the event is never set."""
+    stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         if stop.is_set():
-            raise KeyboardInterrupt
+            raise SignalInterrupt(signum)
+        stop.signum = signum
         stop.set()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {signum: signal.signal(signum, on_signal) for signum in cleanup.interrupt_signals()}
     try:
         yield stop
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class RunInterrupt:
+    """How a run on worker threads ends when a signal stops it (:func:`interruptible_run`)."""
+
+    def __init__(self, requested: StopRequest, on_interrupt: Callable[[], object] | None) -> None:
+        #: set when the run was asked to stop: its loop passes it as ``abandon``
+        self.requested = requested
+        self._on_interrupt = on_interrupt
+        self._end_stop: Callable[[], None] | None = None
+
+    def stop_if_requested(self) -> None:
+        """After the run's loop: when a stop was requested, stop -- the process is stopping until
+        the run's block has ended, so nothing is started, and nothing replaces what the stop
+        closes -- say so (``on_interrupt``) before anything can hold that up, end the work in
+        flight, and raise :class:`~envhub.sandboxes.cleanup.SignalInterrupt`."""
+        if not self.requested.is_set():
+            return
+        self._end_stop = self._end_stop or cleanup.begin_stop()
+        if self._on_interrupt is not None:
+            try:
+                self._on_interrupt()
+            except Exception as exc:  # saying where it stood must never keep the run from stopping
+                log.warning("reporting the interrupted run failed: %r", exc)
+        end_episodes_in_flight()
+        raise SignalInterrupt(self.requested.signum)
+
+    def end(self) -> None:
+        if self._end_stop is not None:
+            self._end_stop()
+
+
+@contextlib.contextmanager
+def interruptible_run(on_interrupt: Callable[[], object] | None = None) -> Iterator[RunInterrupt]:
+    """A block around a whole run on worker threads (its workers are made and closed inside it).
+
+    Ctrl-C (and the signals mapped to it) only requests a stop (:func:`ctrl_c_requests_stop`);
+    the run's loop, given ``interrupt.requested`` as ``abandon``, ends within :data:`POLL_S`, and
+    ``interrupt.stop_if_requested()`` after it calls ``on_interrupt`` first -- the message saying
+    where the run stood is out whatever the sandboxes and pools are doing -- then ends the work in
+    flight and raises :class:`~envhub.sandboxes.cleanup.SignalInterrupt`. From then until the
+    block has ended, the process is stopping (:func:`envhub.sandboxes.cleanup.begin_stop`): the
+    work in flight fails as the stop closes its sandboxes, and no pool replaces one."""
+    with ctrl_c_requests_stop() as requested:
+        interrupt = RunInterrupt(requested, on_interrupt)
+        try:
+            yield interrupt
+        finally:
+            interrupt.end()
 
 
 __all__ = [
-    "EnvWorkers", "EpisodeCollector", "EpisodePlan", "collect", "ctrl_c_requests_stop", "describe_policy",
-    "end_episodes_in_flight", "infra_record", "plan_episodes", "run_episode",
+    "EnvWorkers", "EpisodeCollector", "EpisodePlan", "RunInterrupt", "StopRequest", "collect", "ctrl_c_requests_stop",
+    "describe_policy", "end_episodes_in_flight", "infra_record", "interruptible_run", "plan_episodes", "run_episode",
 ]

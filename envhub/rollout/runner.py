@@ -31,8 +31,7 @@ from envhub.registry import make
 from envhub.rollout.collect import (
     EpisodeCollector,
     check_concurrency,
-    ctrl_c_requests_stop,
-    end_episodes_in_flight,
+    interruptible_run,
 )
 from envhub.rollout.episodes import (
     EpisodePlan,
@@ -95,6 +94,7 @@ def run_rollouts(
     env_factory: Callable[[], Env] | None = None,
     on_episode: Callable[[TrajectoryRecord], None] | None = None,
     collector: RolloutCollector | None = None,
+    on_interrupt: Callable[[], object] | None = None,
 ) -> RolloutResult:
     """Run (or resume) a rollout into ``out_dir``; returns the report over all planned episodes.
 
@@ -106,19 +106,24 @@ def run_rollouts(
     :class:`~envhub.rollout.collect.EpisodeCollector` (``policy`` may then be None: the collector's
     ``policy_info`` describes it); it is closed when the run ends, however it ends. The planned
     episodes come from ``env_factory`` (or ``env_id``, ``split``, ``env_kwargs``) here as always.
+
+    Ctrl-C (or a signal the command maps to it: :func:`envhub.sandboxes.cleanup.signals_interrupt`)
+    stops the run: no further episode starts, ``on_interrupt()`` is called at once -- every record
+    kept is on disk by then -- the episodes in flight end and are not kept, and
+    :class:`~envhub.sandboxes.cleanup.SignalInterrupt` (a ``KeyboardInterrupt``) is raised.
     """
     if collector is None:
         return _run_rollouts(env_id, policy, out_dir, episodes, group_size, seed, concurrency, split,
-                             env_kwargs, env_factory, on_episode, None)
+                             env_kwargs, env_factory, on_episode, None, on_interrupt)
     with contextlib.closing(collector):
         return _run_rollouts(env_id, policy, out_dir, episodes, group_size, seed, concurrency, split,
-                             env_kwargs, env_factory, on_episode, collector)
+                             env_kwargs, env_factory, on_episode, collector, on_interrupt)
 
 
 def _run_rollouts(env_id: str, policy: Policy | None, out_dir: str | Path, episodes: int, group_size: int,
                   seed: int, concurrency: int, split: str, env_kwargs: dict[str, Any] | None,
                   env_factory: Callable[[], Env] | None, on_episode: Callable[[TrajectoryRecord], None] | None,
-                  given: RolloutCollector | None) -> RolloutResult:
+                  given: RolloutCollector | None, on_interrupt: Callable[[], object] | None) -> RolloutResult:
     check_concurrency(concurrency)
     if given is None and policy is None:
         raise ValueError("run_rollouts needs a policy, or a collector that brings its own")
@@ -165,21 +170,20 @@ def _run_rollouts(env_id: str, policy: Policy | None, out_dir: str | Path, episo
     try:
         collector = given if given is not None else EpisodeCollector(
             factory, policy, concurrency=concurrency, policy_info=policy_info, env_id=env_id)  # type: ignore[arg-type]
-        with run.store() as store, contextlib.closing(collector):
+        # the interrupt's block is outermost: the stop lasts until the collector has closed
+        with interruptible_run(on_interrupt) as interrupt, run.store() as store, contextlib.closing(collector):
             todo = [p for p in plans if p.episode_id not in store.keys]
-            with ctrl_c_requests_stop() as interrupted:
-                for record in collector.run(todo, stop=no_more, abandon=interrupted):
-                    if failed is None:
-                        try:
-                            keep(record)
-                            continue
-                        except StoreWriteError as exc:
-                            failed = exc
-                            no_more.set()
-                    unwritten += 1
-            if interrupted.is_set():  # Ctrl-C: what finished is on disk; the queue is dropped
-                end_episodes_in_flight()  # episodes in flight end now; they are not kept
-                raise KeyboardInterrupt
+            for record in collector.run(todo, stop=no_more, abandon=interrupt.requested):
+                if failed is None:
+                    try:
+                        keep(record)
+                        continue
+                    except StoreWriteError as exc:
+                        failed = exc
+                        no_more.set()
+                unwritten += 1
+            # Ctrl-C: what finished is on disk; the queue is dropped, episodes in flight end now
+            interrupt.stop_if_requested()
     finally:  # the collector has waited for the episodes in flight and closed its envs
         _release_reserve(reserve)
     records = [r for r in run.rows() if r["episode_id"] in planned]

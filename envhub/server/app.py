@@ -54,6 +54,7 @@ from envhub.server.wire import (
     SchemaResponse,
     ServerInfo,
     SessionCreated,
+    StepReply,
     StepRequest,
     StepResult,
     TaskList,
@@ -199,7 +200,7 @@ def _openenv_routes(app: FastAPI, hub: Hub) -> None:
             return _json(step_result_json(await _stateless_reset(hub, data)))
         return _json(step_result_json(await ops.reset(session, data)))
 
-    @app.post("/step", response_model=StepResult, tags=["Environment Control"],
+    @app.post("/step", response_model=StepReply, tags=["Environment Control"],
               responses=_errors(400, 401, 404, 409, 413, 422),
               summary="Apply one action (needs X-Envhub-Session: OpenEnv's stateless step has no episode)")
     async def step(request: StepRequest, session_id: SessionHeader = None) -> Response:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from envhub.cli.common import fail, parse_kv
+from envhub.cli.common import checked_env_kwargs, env_spec, fail
 
 DEFAULT_PORT = 8000
 
@@ -68,7 +68,8 @@ def serve_command(
 ) -> None:
     """Serve ENV_ID over HTTP, WebSocket and MCP, compatible with OpenEnv's clients."""
     check_exposure(host, token, insecure_no_token)
-    env_kwargs = {"sandbox": sandbox, **parse_kv(env_arg)}
+    env_spec(env_id)  # an unknown env or argument is an error here, before any image or server
+    env_kwargs = checked_env_kwargs(env_id, env_arg, sandbox=sandbox)
     if executor not in ("auto", "inline", "thread"):
         raise typer.BadParameter("choose auto, inline or thread", param_hint="--executor")
     if docker:

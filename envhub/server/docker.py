@@ -17,6 +17,13 @@ can reach it: ``envhub serve --docker`` publishes on 127.0.0.1 unless ``--host``
 (then with ``--token``, passed in as ``ENVHUB_TOKEN``). A build is reused while its inputs (base
 image, envhub's files, the versions of its dependencies) are unchanged.
 
+The served container is one of this process's resources, as a docker sandbox is: it carries the
+same owner labels (``envhub.owned``, ``envhub.pid``, ``envhub.host``; ``envhub.backend=serve``) and
+is registered with :mod:`envhub.sandboxes.cleanup` from before it is created, so Ctrl-C, SIGTERM,
+SIGHUP and a normal exit remove it. A ``kill -9`` cannot be caught, and the server in it runs on:
+the next envhub process that starts a container (``serve --docker``, a docker sandbox) removes it,
+its owner being gone (:func:`envhub.sandboxes.leftovers.sweep_dead_owners`).
+
 The engine is driven through docker-py with the sandboxes' own client
 (:func:`envhub.sandboxes.dockerapi.docker_client`), so ``serve --docker`` needs
 what the docker sandbox needs -- the ``envhub[docker]`` extra and an engine -- and no docker CLI.
@@ -43,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import envhub
-from envhub.sandboxes.dockerapi import docker_client, local_image
+from envhub.sandboxes import cleanup
+from envhub.sandboxes.dockerapi import LABEL_BACKEND, SERVE_BACKEND, docker_client, local_image, owner_labels
 from envhub.sandboxes.images import base_image_tag
 
 CONTAINER_PORT = 8000
@@ -294,11 +302,18 @@ def _build(context: Path, tag: str) -> None:
 class ServerContainer:
     container_id: str
     url: str
+    #: the container's name: what removes it before its id is known
+    name: str = ""
+    #: what :mod:`envhub.sandboxes.cleanup` runs the start sweep of when it is registered
+    backend = "docker"
 
     def stop(self) -> None:
         """Remove the container, stopping it first; nothing happens when it is already gone."""
+        cleanup.untrack(self)
         with contextlib.suppress(Exception):
-            _client().api.remove_container(self.container_id, force=True)
+            _client().api.remove_container(self.container_id or self.name, force=True)
+
+    close = stop  # for cleanup: a signal or the exit removes it
 
     def logs(self) -> str:
         """What the server printed (stdout and stderr), or why it cannot be read."""
@@ -325,12 +340,17 @@ def start_server_container(tag: str, *, host: str = "127.0.0.1", port: int = 0, 
 
     name = name or f"envhub-serve-{secrets.token_hex(4)}"
     client = _client()
-    started = _docker_call("docker run", lambda: client.containers.run(
-        tag, command or None, detach=True, auto_remove=True, name=name,
-        ports={f"{CONTAINER_PORT}/tcp": (host, port or None)},
-        environment={"ENVHUB_TOKEN": token} if token else None))
-    container = ServerContainer(str(started.id), "")
+    container = ServerContainer("", "", name)
+    # Registered before it exists (a signal meanwhile removes it by name); the first registration
+    # of a process also removes the containers of envhub processes that died (kill -9) first.
+    cleanup.track(container)
     try:
+        started = _docker_call("docker run", lambda: client.containers.run(
+            tag, command or None, detach=True, auto_remove=True, name=name,
+            labels={**owner_labels(), LABEL_BACKEND: SERVE_BACKEND},
+            ports={f"{CONTAINER_PORT}/tcp": (host, port or None)},
+            environment={"ENVHUB_TOKEN": token} if token else None))
+        container.container_id = str(started.id)
         mapped = _docker_call("docker port", lambda: client.api.port(container.container_id, CONTAINER_PORT))
         if not mapped:
             raise DockerServeError(f"port {CONTAINER_PORT} of the server container is not published:\n"

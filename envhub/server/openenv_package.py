@@ -11,7 +11,7 @@ The directory is what OpenEnv's tools take (``openenv validate DIR``, ``openenv 
   ``BASE_IMAGE`` build argument overrides it) plus one ``COPY`` of ``site/``, so ``docker build``
   needs no network, no registry and no package index. The image follows OpenEnv's container
   contract (port 8000, ``/health``, ``docker run IMAGE`` serves the env) and runs unprivileged
-  with a read-only root file system, as OpenEnv's validator starts it;
+  (uid 1000, ``USER``) with a read-only root file system, as OpenEnv's validator starts it;
 - ``site/``: envhub and its run-time dependencies, assembled from this machine's installation
   exactly as for ``envhub serve --docker`` (:func:`envhub.server.docker.write_site`);
 - ``server/app.py``: the ASGI app (``app: server.app:app``) for runners that start uvicorn
@@ -36,13 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import envhub
-from envhub.sandboxes.images import base_image_tag
+from envhub.sandboxes.images import AGENT_UID, base_image_tag
 from envhub.server.docker import CONTAINER_PORT, default_command, write_site
 
 #: What OpenEnv's runtime plan replays: actions without a tool call (a format error each), so
 #: the plan works for every env and gives nothing away.
 PROBE_ACTION = {"text": "openenv validation probe: this turn calls no tool."}
 PROBE_STEPS = 3
+#: What the package declares about the network (``validation.network.mode``): it needs none, and
+#: the agent's code must get none.
+NETWORK_MODE = "no-network"
 
 DOCKERFILE = """\
 # Written by `envhub tasks export {env_id} --format openenv` (envhub {envhub_version}).
@@ -55,6 +58,7 @@ COPY server /opt/envhub/package/server
 ENV PYTHONPATH=/opt/envhub/site:/opt/envhub/package PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \\
     ENVHUB_ENV={env_id} ENVHUB_SPLIT={split}
 WORKDIR /opt/envhub/package
+USER {uid}:{uid}
 EXPOSE {port}
 HEALTHCHECK --interval=5s --timeout=3s --start-period=60s --retries=3 \\
   CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=2)"]
@@ -90,6 +94,7 @@ docker build -t {name} .              # offline: FROM {base}, which `envhub sand
 docker run --rm -p 127.0.0.1:8000:8000 {name}
 ```
 
+The server needs no network (`validation.network.mode: {network}`) and runs as uid {uid}.
 `openenv push` needs a registry and network access; the package itself never names one.
 """
 
@@ -131,7 +136,7 @@ def export_openenv_package(env_id: str, dest: Path, *, split: str = "test", base
         _write_text(scratch / "server" / "app.py", APP_PY.format(env_id=env_id, split=split))
         command = [*default_command(env_id), "--split", split]
         fill = {**facts, "base": base, "port": CONTAINER_PORT, "cmd": json.dumps(command),
-                "envhub_version": envhub.__version__}
+                "envhub_version": envhub.__version__, "uid": AGENT_UID, "network": NETWORK_MODE}
         _write_text(scratch / "Dockerfile",
                     DOCKERFILE.format(**{**fill, "description": json.dumps(facts["description"])}))
         _write_text(scratch / "README.md", README.format(**fill))
@@ -198,7 +203,7 @@ validation:
     disk_mb: {facts["disk_mb"]}
     episode_timeout_s: {facts["episode_timeout_s"]}
   network:
-    mode: no-network
+    mode: {NETWORK_MODE}
   task_distribution:
     dataset_version: {q(facts["task_set"])}
   capabilities:

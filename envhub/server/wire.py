@@ -128,6 +128,74 @@ class StepResult(_Strict):
     metadata: dict[str, Any] | None = None
 
 
+class McpTool(_Strict):
+    """One tool of OpenEnv's ``ListToolsObservation`` (MCP's tool shape)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any] = Field(description="JSON schema of the tool's arguments")
+
+
+class ListToolsBody(_Strict):
+    """The ``observation`` of a ``list_tools`` step: OpenEnv's ``ListToolsObservation``."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tools: list[McpTool]
+
+
+class ListToolsResult(_Strict):
+    """``/step``'s answer to ``{"type": "list_tools"}``: the env's tools; no episode, no step."""
+
+    observation: ListToolsBody
+    reward: float | None = None
+    done: bool = False
+    metadata: dict[str, Any] | None = None
+
+
+class McpToolResult(_Strict):
+    """The result of one tool call, in the shape of FastMCP's ``CallToolResult``."""
+
+    content: list[dict[str, Any]]
+    structured_content: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
+    data: str | None = Field(default=None, description="the tool's text (what OpenEnv's client returns)")
+    is_error: bool = False
+
+
+class McpToolError(_Strict):
+    """OpenEnv's ``ToolError``: the call was not made (e.g. ``tool_not_found``)."""
+
+    error_type: str
+    message: str
+
+
+class CallToolBody(_Strict):
+    """The ``observation`` of a ``call_tool`` step: OpenEnv's ``CallToolObservation``, plus the
+    step's messages, outcome and verdict for clients that read them (none when no step was taken)."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tool_name: str
+    result: McpToolResult | None = None
+    error: McpToolError | None = None
+    messages: list[Message] = Field(default_factory=list)
+    truncated: bool = False
+    outcome: Outcome | None = None
+    verdict: Verdict | None = None
+
+
+class CallToolResult(_Strict):
+    """``/step``'s answer to ``{"type": "call_tool", ...}``: one env step with one tool call."""
+
+    observation: CallToolBody
+    reward: float | None = None
+    done: bool = False
+    metadata: dict[str, Any] | None = None
+
+
+#: Every answer of ``/step``: the envelope of envhub's action, or of one of OpenEnv's MCP actions.
+StepReply = StepResult | ListToolsResult | CallToolResult
+
+
 class EpisodeState(BaseModel):
     """OpenEnv's ``State`` (``episode_id``, ``step_count``) extended with the episode record.
 

@@ -232,8 +232,9 @@ class CodeRepairEnv(Env):
                  for p, c in files.items() if given.get(p) != c]
         return [Action(tool_calls=calls), Action(tool_calls=[ToolCall(name="submit")])]
 
-    def export_harbor(self, task_ids: Sequence[str], dest: Path, *, base_image: str) -> list[Path]:
-        """Write Harbor task directories for ``task_ids`` under ``dest``."""
+    def export_harbor(self, task_ids: Sequence[str], dest: Path, *, base_image: str | None = None) -> list[Path]:
+        """Write Harbor task directories for ``task_ids`` under ``dest``, ``FROM`` ``base_image``
+        (default: a public python image, ``harbor.export.PUBLIC_BASE_IMAGE``)."""
         from .harbor import export_instance
 
         dest.mkdir(parents=True, exist_ok=True)

@@ -96,3 +96,23 @@ def test_a_command_whose_optional_dependency_is_missing_names_the_extra():
     assert res.returncode == 2, res.stderr
     assert "`envhub serve` needs an optional dependency" in res.stderr
     assert "pip install 'envhub[serve]'" in res.stderr
+
+
+@pytest.mark.parametrize("command", [["rollout", "--out", "{out}"], ["verify"], ["serve"], ["serve", "--docker"]],
+                         ids=["rollout", "verify", "serve", "serve-docker"])
+def test_an_unknown_env_arg_names_the_arguments_the_env_takes(command, tmp_path):
+    """Before any run, server or image: exit 2 with the env's own arguments, not a Python-internal
+    TypeError about an unexpected keyword argument."""
+    from typer.testing import CliRunner
+
+    from envhub.cli.commands import app
+
+    name, *options = command
+    args = [name, "envhub/Computation-v0", *(o.format(out=tmp_path / "run") for o in options),
+            "--env-arg", "bogus=1", "--env-arg", "level=2"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "envhub/Computation-v0 takes no argument 'bogus', 'level'; did you mean 'levels'?" in res.output
+    assert "(it takes: budget, kinds, levels, parser, sandbox, sandbox_pool, split)" in res.output
+    assert "unexpected keyword" not in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "run").exists()

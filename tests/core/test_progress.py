@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -57,6 +58,13 @@ class Stderr:
         self._thread.join(timeout=30)
         return self.text
 
+    def finish(self, timeout: float = 60) -> str:
+        """Wait for the command's exit; its stdout. (Not ``communicate()``: that reads stderr too,
+        racing this reader for the last lines -- the ones that say where the command stood.)"""
+        self._proc.wait(timeout=timeout)
+        assert self._proc.stdout is not None
+        return self._proc.stdout.read()
+
 
 @pytest.mark.slow
 def test_verify_shows_plays_and_violations_only_on_stderr_and_only_when_asked(tmp_path):
@@ -80,7 +88,7 @@ def test_ctrl_c_of_verify_says_where_it_stood_and_writes_nothing(tmp_path):
     stderr = Stderr(proc)
     stderr.wait_for(r"plays \(\d+ violations?\)")  # the first progress line: plays are under way
     proc.send_signal(signal.SIGINT)
-    stdout, _ = proc.communicate(timeout=60)
+    stdout = stderr.finish()
     text = stderr.all()
     assert proc.returncode == 130, text
     done = re.search(r"interrupted: verify \(\d+ tasks x \d+ cases\) (\d+)/(\d+) plays \(0 violations\) "
@@ -121,6 +129,106 @@ def test_ctrl_c_of_a_rollout_says_what_is_on_disk_and_the_same_command_resumes(t
     assert [int(g) for g in lines[-1]] == [episodes, episodes, on_disk, episodes - on_disk]  # the summary line
     assert json.loads((tmp_path / "report.json").read_text())["attempted"] == episodes
     assert len(path.read_text().splitlines()) == episodes
+
+
+#: The process backend's "trusted code only" RuntimeWarning is the one stderr line a process
+#: sandbox run always has; these tests look at everything else.
+QUIET = {"PYTHONWARNINGS": "ignore::RuntimeWarning"}
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_rollout_says_what_is_on_disk_as_ctrl_c_does_and_exits_143(tmp_path):
+    """SIGTERM (a scheduler, ``kill``, a container stop) stops a rollout as Ctrl-C does: the same
+    line, counting what is on disk, exit 143 -- and nothing else: no warnings of pools about the
+    sandboxes the stop itself closed."""
+    episodes = 300
+    path = tmp_path / "trajectories.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "envhub.cli", "rollout", ENV, "--policy", "gold", "--episodes",
+                             str(episodes), "--concurrency", "4", "--sandbox", "process", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**_env(), **QUIET})
+    deadline = time.monotonic() + 120
+    while not path.exists() or path.read_bytes().count(b"\n") < 5:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    time.sleep(0.3)  # episodes in flight: sandboxes in use, being reset, handed back
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and stdout == "", (proc.returncode, stderr)
+    said = re.search(r"interrupted: (\d+) episodes on disk in (\S+) \(of (\d+) planned\); "
+                     r"rerun the same command to resume: episodes on disk are skipped", stderr)
+    assert said, stderr
+    assert int(said[1]) == len(path.read_text().splitlines()) < episodes
+    assert stderr.replace(said[0], "").strip() == "", stderr  # no pool warnings, nothing else
+
+
+#: ``envhub verify`` with one pooled sandbox made to break (its third reset fails), so that the
+#: pool replaces it in the background -- and that replacement's start is held, once its executor
+#: runs, until the test creates the file ``argv[1]``. Says when the held start begins and if it ends.
+REPLACEMENT_HELD = textwrap.dedent("""\
+    import os, sys, threading, time
+    from envhub.sandboxes.base import SandboxError
+    from envhub.sandboxes.process_backend import ProcessSandbox
+    from envhub.sandboxes.resident import ResidentSandbox
+
+    release, resets = sys.argv[1], []
+    reset, launch, start = ResidentSandbox.reset, ProcessSandbox._launch, ResidentSandbox.start
+
+    def failing_reset(self):
+        resets.append(self)
+        if len(resets) == 3:
+            raise SandboxError("injected: the reset failed")
+        return reset(self)
+
+    def held_launch(self):
+        transport = launch(self)
+        if threading.current_thread().name == "envhub-pool-refill":
+            print("replacement starting", file=sys.stderr, flush=True)
+            deadline = time.monotonic() + 90
+            while not os.path.exists(release) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return transport
+
+    def reported_start(self):
+        started = start(self)
+        if threading.current_thread().name == "envhub-pool-refill":
+            print("replacement started", file=sys.stderr, flush=True)
+        return started
+
+    ResidentSandbox.reset, ProcessSandbox._launch, ResidentSandbox.start = failing_reset, held_launch, reported_start
+    from envhub.cli.commands import main
+
+    sys.argv = ["envhub", *sys.argv[2:]]
+    main()
+""")
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_pool_starts_a_replacement_is_said_at_once_and_replaces_nothing(tmp_path):
+    """The race of a Ctrl-C while the pool is replacing a broken sandbox, made deterministic: the
+    replacement's start is held. The stop must say where it stood at once, whatever the pool is
+    doing; the held start must not be kept when it ends; the sandboxes the stop closes are not
+    "broken", so nothing warns and nothing else is replaced."""
+    release, out = tmp_path / "release", tmp_path / "suite.json"
+    proc = subprocess.Popen([sys.executable, "-c", REPLACEMENT_HELD, str(release), "verify", ENV, "--split", "all",
+                             "--limit", "0", "--jobs", "1", "--sandbox", "process", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**_env(progress=True), **QUIET})
+    stderr = Stderr(proc)
+    try:
+        stderr.wait_for("replacement starting")
+        proc.send_signal(signal.SIGINT)
+        stderr.wait_for(r"interrupted: verify", timeout=5)  # while the replacement's start is still held
+    finally:
+        release.touch()
+    stdout = stderr.finish()
+    text = stderr.all()
+    assert proc.returncode == 130, text
+    done = re.search(r"interrupted: verify \(\d+ tasks x \d+ cases\) (\d+)/(\d+) plays \(0 violations\) "
+                     r"[\d.]+s; verify keeps no partial results, rerun it to start over", text)
+    assert done and 0 < int(done[1]) < int(done[2]), text
+    assert not out.exists() and stdout == ""
+    assert text.count("replacing it") == 1 and text.count("replacement starting") == 1, text  # the injected one only
+    assert "could not replace" not in text and "replacement started" not in text, text
 
 
 def test_no_progress_flag_wins_over_the_environment(tmp_path):

@@ -113,3 +113,17 @@ def test_bad_env_id_is_rejected():
 def test_every_env_is_registered_with_gymnasium_on_import():
     for spec in envhub.list_envs():
         assert spec.env_id in gymnasium.registry
+
+
+def test_an_argument_the_env_does_not_take_is_named_with_those_it_takes():
+    """``make`` (and so ``gymnasium.make``) checks the keyword arguments against the constructors
+    they go through (each ``**kwargs`` hands on to the base class): one clear error, a TypeError."""
+    from envhub.registry import EnvArgumentError, env_arguments
+
+    assert env_arguments("envhub/Computation-v0") == ["budget", "kinds", "levels", "parser", "sandbox",
+                                                      "sandbox_pool", "split"]
+    for make in (envhub.make, gymnasium.make):
+        with pytest.raises(EnvArgumentError, match=r"envhub/Computation-v0 takes no argument 'bogus' "
+                                                   r"\(it takes: budget, kinds, levels, parser, sandbox"):
+            make("envhub/Computation-v0", bogus=1)
+    assert issubclass(EnvArgumentError, TypeError)

@@ -93,9 +93,10 @@ def test_no_egress_to_a_public_ip(sb: PooledSandbox) -> None:
 
 def test_fork_bomb_is_contained(sb: PooledSandbox) -> None:
     # (`:(){ :|:& };:` is bash's spelling; the sandbox's /bin/sh is dash, which rejects that name).
-    # After the bomb the shell uses builtins only: an external `sleep` needs a fork of its own,
-    # which the exhausted pids limit may refuse, and dash then exits before `echo`.
-    res = sb.exec("bomb(){ bomb|bomb& }; bomb; wait; echo survived", timeout=10)
+    # The bomb runs in a subshell: a fork the exhausted pids limit refuses makes dash exit, and in
+    # the top shell that could happen before `echo` (it forks both halves of the first pipeline).
+    # After it the shell uses builtins only (an external command would need a fork of its own).
+    res = sb.exec("(bomb(){ bomb|bomb& }; bomb; wait); echo survived", timeout=10)
     assert "Cannot fork" in res.stderr and "survived" in res.stdout  # the pids limit stopped it
     py = sb.exec(["python3", "-c", "import os\nwhile True:\n    os.fork()"], timeout=10)
     assert "BlockingIOError" in py.stderr and not py.timed_out

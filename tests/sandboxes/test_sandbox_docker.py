@@ -29,6 +29,7 @@ from envhub.sandboxes.base import Limits
 from envhub.sandboxes.cli import app
 from envhub.sandboxes.docker_backend import DockerSandbox, owned_containers
 from envhub.sandboxes.dockerapi import LABEL_INPUTS, LABEL_OWNED, LABEL_PID, docker_client
+from envhub.sandboxes.seccomp_policy import docker_security_opt
 
 pytestmark = pytest.mark.docker
 LIMITS = Limits(cpus=0.5, memory_mb=300, pids=50, disk_mb=16)
@@ -63,6 +64,7 @@ def test_container_is_hardened(sandbox: DockerSandbox) -> None:
     assert host["NetworkMode"] == "none"
     assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
     assert "no-new-privileges" in host["SecurityOpt"]
+    assert docker_security_opt() in host["SecurityOpt"]  # envhub's seccomp profile, not the engine's default
     assert host["PidsLimit"] == LIMITS.pids
     assert host["Memory"] == host["MemorySwap"] == LIMITS.memory_mb * 1024 * 1024
     assert host["NanoCpus"] == int(LIMITS.cpus * 1e9)

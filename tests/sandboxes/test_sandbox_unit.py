@@ -153,7 +153,8 @@ def test_container_config_is_hardened() -> None:
     spec = SandboxSpec(limits=Limits(cpus=2, memory_mb=100, pids=10, disk_mb=5))
     create, host = container_config(spec, "img", ["python3"])
     assert host["network_mode"] == "none" and create["network_disabled"]
-    assert host["cap_drop"] == ["ALL"] and host["security_opt"] == ["no-new-privileges"]
+    assert host["cap_drop"] == ["ALL"] and host["security_opt"][0] == "no-new-privileges"
+    assert host["security_opt"][1].startswith('seccomp={"defaultAction":')  # envhub's profile (test_sandbox_seccomp)
     assert host["mem_limit"] == host["memswap_limit"] == "100m"
     assert host["pids_limit"] == 10 and host["nano_cpus"] == 2_000_000_000
     assert host["read_only"] and "size=5m" in host["tmpfs"]["/work"]
@@ -346,6 +347,66 @@ def test_process_backend_pool_roundtrip() -> None:
         assert pool.idle == 1
         with pytest.raises(SandboxError):
             held[0].exec("true")
+
+
+def test_a_stop_while_the_pool_starts_a_replacement_keeps_and_replaces_nothing(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The race behind a Ctrl-C that once went unsaid, made deterministic: a broken sandbox's
+    replacement is held mid-start (its executor runs) while a stop begins. During the stop, a lease
+    given back is closed, not reset or replaced, and nothing is handed out; the pool's close closes
+    the starting replacement, whose start then fails without a warning; nothing is kept."""
+    import logging
+    import threading
+
+    from envhub.sandboxes.process_backend import ProcessSandbox
+
+    held, go, replacements = threading.Event(), threading.Event(), []
+    launch = ProcessSandbox._launch
+
+    def held_launch(self: ProcessSandbox):
+        transport = launch(self)
+        if threading.current_thread().name == "envhub-pool-refill":
+            replacements.append(self)
+            held.set()
+            go.wait(30)
+        return transport
+
+    monkeypatch.setattr(ProcessSandbox, "_launch", held_launch)
+    pool = SandboxPool("process", size=2, prestart=False)
+    end_stop = None
+    try:
+        broken, fine = pool.acquire(), pool.acquire()
+
+        def fail_reset() -> None:
+            raise SandboxError("injected: the reset failed")
+
+        monkeypatch.setattr(broken.sandbox, "reset", fail_reset)
+        broken.release()  # broken: warned about, and replaced in the background
+        assert held.wait(30), "the pool did not start a replacement"
+        with caplog.at_level(logging.WARNING, logger="envhub.sandboxes.pool"):
+            caplog.clear()
+            end_stop = cleanup.begin_stop()  # a run is stopping while the replacement starts
+            kept = fine.sandbox
+            fine.release()
+            assert kept.closed and pool.idle == 0  # closed by the stop: not reset, not kept, not replaced
+            with pytest.raises(SandboxError):
+                pool.acquire()
+            closer = threading.Thread(target=pool.close)
+            closer.start()
+            closer.join(0.5)
+            [replacement] = replacements
+            assert replacement.closed  # the close closed the starting sandbox at once
+            go.set()
+            closer.join(30)
+            assert not closer.is_alive()
+            assert [r.message for r in caplog.records] == []  # nothing was broken: no warnings
+        assert len(replacements) == 1 and not os.path.exists(replacement._base)
+        assert pool.stats.created == 2 and pool.idle == 0  # the replacement never started
+    finally:
+        go.set()
+        if end_stop is not None:
+            end_stop()
+        pool.close()
 
 
 def test_create_sandbox_pooled_close_returns_it(monkeypatch: pytest.MonkeyPatch) -> None:

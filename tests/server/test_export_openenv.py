@@ -24,6 +24,7 @@ from sandbox_fixtures import require_backend
 from typer.testing import CliRunner
 
 from envhub.cli.commands import app
+from envhub.sandboxes import base_image_tag
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 ENV_ID = "envhub/Computation-v0"
@@ -49,12 +50,26 @@ def _status(report: dict) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The package, FROM the local base image (named with --base-image), and what the export printed."""
     require_backend("docker")  # the package is FROM the local base image: build it if it is missing
     dest = tmp_path_factory.mktemp("openenv") / "computation"
-    code, output = _export(dest)
+    code, output = _export(dest, "--base-image", base_image_tag())
     assert code == 0, output
-    return dest
+    return dest, output
+
+
+@pytest.fixture(scope="module")
+def package(exported: tuple[Path, str]) -> Path:
+    return exported[0]
+
+
+def test_the_export_says_what_the_package_needs(exported: tuple[Path, str]) -> None:
+    package, output = exported
+    assert f"the package needs: network none (no-network); base image {base_image_tag()}; uid 1000" in output
+    assert "  network:\n    mode: no-network\n" in (package / "openenv.yaml").read_text()
+    dockerfile = (package / "Dockerfile").read_text().splitlines()
+    assert "USER 1000:1000" in dockerfile and f"ARG BASE_IMAGE={base_image_tag()}" in dockerfile
 
 
 def test_the_package_has_openenvs_layout_and_names_no_registry(package: Path) -> None:

@@ -245,3 +245,37 @@ def test_a_body_nested_past_the_stack_is_invalid_json():
         r = c.post("/reset", content=b'{"task_id": ' + b"[" * 5000 + b"]" * 5000 + b"}",
                    headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["code"] == "INVALID_JSON", r.text
+
+
+def _validator_of(client: TestClient, path: str, method: str = "post", status: str = "200"):
+    """A JSON-schema validator of ``path``'s ``status`` answer, as the app's own /openapi.json says it."""
+    jsonschema = pytest.importorskip("jsonschema")
+    doc = client.get("/openapi.json").json()
+    schema = doc["paths"][path][method]["responses"][status]["content"]["application/json"]["schema"]
+    return jsonschema.Draft202012Validator({**schema, "components": doc["components"]})
+
+
+def test_every_step_answer_fits_the_openapi_schema(client: TestClient):
+    """``/step`` answers OpenEnv's MCP actions with their own envelopes (ListToolsObservation,
+    CallToolObservation): the schema the app publishes must allow each one as it is sent."""
+    step = _validator_of(client, "/step")
+    reset = _validator_of(client, "/reset")
+    listed = client.post("/step", json={"action": {"type": "list_tools"}})
+    assert listed.status_code == 200 and listed.json()["observation"]["tools"]
+    answers = [listed.json()]
+    sid = new_session(client)
+    head = {SESSION_HEADER: sid}
+    started = client.post("/reset", json={"task_id": TASK}, headers=head)
+    assert not list(reset.iter_errors(started.json()))
+    for action in ({"type": "call_tool", "tool_name": "python", "arguments": {"code": "print(6 * 7)"}},
+                   {"type": "call_tool", "tool_name": "no_such_tool", "arguments": {}},
+                   {"text": "not a tool call"},
+                   {"type": "call_tool", "tool_name": "answer", "arguments": {"answer": gold_answer()}}):
+        r = client.post("/step", json={"action": action}, headers=head)
+        assert r.status_code == 200, r.text
+        answers.append(r.json())
+    assert answers[-1]["done"] and answers[2]["observation"]["error"]["error_type"] == "tool_not_found"
+    client.delete(f"/envhub/sessions/{sid}")
+    for body in answers:
+        problems = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in step.iter_errors(body)]
+        assert not problems, (body, problems)

@@ -8,6 +8,13 @@ with the buggy repository as its build context (the agent works in /app as uid 1
 ``tests/`` (uploaded by Harbor only after the agent has finished) holds the same grader as envhub's:
 the probe modules, runtime and runner, run as the agent's uid; and ``expected.json`` with the gold's
 observations, mode 0600, read and compared by the root process only.
+
+What a task needs is written into it: no network (``[environment] allow_internet = false``: the
+agent fixes code and runs tests, and nothing may reach out), a base image with ``python3``
+(``FROM`` a public one by default, :data:`PUBLIC_BASE_IMAGE`, so the task builds on any machine
+that can pull it; ``base_image=`` names another, such as the offline ``envhub/base``), and uid
+1000 for the agent, made by the Dockerfile where the base image has no such user. The same
+facts are in ``[metadata]`` (``envhub_base_image``, ``envhub_agent_uid``) for tools to read.
 """
 
 from __future__ import annotations
@@ -27,7 +34,9 @@ from ..workspace import agent_files, project_sources
 
 HERE = Path(__file__).resolve().parent
 VERIFIERS = Path(integrity.__file__).resolve().parent
-AGENT_UID = 1000  # the base image's user (envhub.sandboxes.docker_backend)
+AGENT_UID = 1000  # the agent's user, as in envhub's sandboxes (envhub.sandboxes.docker_backend)
+#: The default ``FROM``: public, so the task builds wherever the image can be pulled.
+PUBLIC_BASE_IMAGE = "python:3.11-slim"
 
 TEST_SH = """#!/bin/bash
 # Grade the agent's /app (runs as root): integrity checks, then the probes as the agent's uid.
@@ -36,13 +45,27 @@ python3 "$(dirname "$0")/grade.py" || echo 0 > "${ENVHUB_LOG_DIR:-/logs/verifier
 """
 
 
+DOCKERFILE = """\
+# The agent's environment: /app, owned by uid {uid}. No step needs the network on a base image
+# that already has that user and pytest (envhub/base); on another, pip fetches pytest.
+ARG BASE_IMAGE={base}
+FROM ${{BASE_IMAGE}}
+USER root
+RUN set -e; \\
+    if ! getent passwd {uid} >/dev/null 2>&1; then \\
+        useradd -u {uid} -U -m -s /bin/sh agent 2>/dev/null || adduser -D -u {uid} agent; \\
+    fi; \\
+    mkdir -p /app && chown {uid}:{uid} /app; \\
+    python3 -c "import pytest" 2>/dev/null || python3 -m pip install --no-cache-dir pytest
+WORKDIR /app
+COPY --chown={uid}:{uid} repo/ /app/
+USER {uid}:{uid}
+"""
+
+
 def _dockerfile(base_image: str) -> str:
-    # the base image runs as the unprivileged uid 1000: the agent must own the repository it edits
-    return (
-        f"FROM {base_image}\n"
-        "WORKDIR /app\n"
-        "COPY --chown=1000:1000 repo/ /app/\n"
-    )
+    # the agent runs as the unprivileged uid 1000 and must own the repository it edits
+    return DOCKERFILE.format(base=base_image, uid=AGENT_UID)
 
 
 def _instruction(prompt: str) -> str:
@@ -51,7 +74,7 @@ def _instruction(prompt: str) -> str:
             .replace("then call `submit`", "then stop (your final /app is graded)") + "\n")
 
 
-def _task_toml(inst: Instance, prompt_difficulty: str) -> str:
+def _task_toml(inst: Instance, prompt_difficulty: str, base_image: str) -> str:
     tags = json.dumps(["python", "bug-fix", inst.project])
     return (
         'version = "1.0"\n\n'
@@ -61,21 +84,26 @@ def _task_toml(inst: Instance, prompt_difficulty: str) -> str:
         'category = "code-repair"\n'
         f"tags = {tags}\n"
         f'envhub_instance_id = "{inst.instance_id}"\n'
-        f'envhub_split = "{inst.split}"\n\n'
+        f'envhub_split = "{inst.split}"\n'
+        f"envhub_base_image = {json.dumps(base_image)}\n"
+        f"envhub_agent_uid = {AGENT_UID}\n\n"
         '[verifier]\ntimeout_sec = 300.0\nuser = "root"\n\n'
         "[agent]\ntimeout_sec = 1800.0\n\n"
         "[environment]\nbuild_timeout_sec = 600.0\ncpus = 1\nmemory_mb = 2048\nstorage_mb = 4096\n"
+        "allow_internet = false\n"
     )
 
 
-def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str) -> Path:
-    """Write one Harbor task directory atomically (built in a temp dir, then renamed)."""
+def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str | None = None) -> Path:
+    """Write one Harbor task directory atomically (built in a temp dir, then renamed), ``FROM``
+    ``base_image`` (default :data:`PUBLIC_BASE_IMAGE`)."""
+    base_image = base_image or PUBLIC_BASE_IMAGE
     final = dest / inst.instance_id
     tmp = Path(tempfile.mkdtemp(prefix=f".{inst.instance_id}.", dir=dest))
     try:
         given = agent_files(inst)
         (tmp / "instruction.md").write_text(_instruction(prompt))
-        (tmp / "task.toml").write_text(_task_toml(inst, {1: "easy", 2: "medium", 3: "hard"}[inst.difficulty]))
+        (tmp / "task.toml").write_text(_task_toml(inst, {1: "easy", 2: "medium", 3: "hard"}[inst.difficulty], base_image))
         env_dir = tmp / "environment"
         for rel, text in given.items():
             path = env_dir / "repo" / rel

@@ -3,12 +3,14 @@
 import json
 import shutil
 import subprocess
+import tomllib
 
 import pytest
 from sandbox_fixtures import require_backend
 
 import envhub
 from envhub.parsing import format_tool_call
+from envhub.sandboxes import base_image_tag
 from envhub.tasks.code_repair.attacks.cases import PATCH_RUNNER_INDIRECT, inject
 from envhub.tasks.code_repair.observations import project_suite
 from envhub.tasks.code_repair.workspace import agent_files, project_sources, project_tests, visible_test_ids
@@ -190,6 +192,14 @@ def test_harbor_export_grades_like_envhub(tmp_path, sample):
     [task] = list(out.iterdir())
     for name in ("instruction.md", "task.toml", "environment/Dockerfile", "tests/test.sh", "solution/solve.sh"):
         assert (task / name).is_file(), name
+    # it says what it allows and needs: no network, a public base image by default, the agent's uid
+    config = tomllib.loads((task / "task.toml").read_text())
+    assert config["environment"]["allow_internet"] is False
+    assert (config["metadata"]["envhub_base_image"], config["metadata"]["envhub_agent_uid"]) == ("python:3.11-slim", 1000)
+    dockerfile = (task / "environment" / "Dockerfile").read_text().splitlines()
+    assert "ARG BASE_IMAGE=python:3.11-slim" in dockerfile and dockerfile[-1] == "USER 1000:1000"
+    assert "each task needs: network none (allow_internet = false); base image python:3.11-slim; uid 1000" \
+        in res.stdout, res.stdout
     hidden = set(project_tests(inst.project).values())
     assert not any(p.read_text() in hidden for p in (task / "environment").rglob("*.py"))
     for solve, expected in ((False, "0"), (True, "1")):
@@ -215,9 +225,12 @@ def test_harbor_task_builds_and_is_solved_in_its_own_container(tmp_path, sample)
     read the uploaded tests: it is stopped, and the expected observations are root's alone."""
     require_backend("docker")
     out = tmp_path / "harbor"
-    subprocess.run(["envhub", "tasks", "export", ENV, str(out), "--format", "harbor", "--split", "train",
-                    "--limit", "1"], check=True, capture_output=True, timeout=300)
+    base = base_image_tag()  # the local, offline image (the default, a public one, would be pulled)
+    res = subprocess.run(["envhub", "tasks", "export", ENV, str(out), "--format", "harbor", "--split", "train",
+                          "--limit", "1", "--base-image", base], check=True, capture_output=True, text=True, timeout=300)
+    assert f"base image {base};" in res.stdout, res.stdout
     [task] = list(out.iterdir())
+    assert tomllib.loads((task / "task.toml").read_text())["environment"]["allow_internet"] is False
     tag = f"envhub-test-harbor:{task.name.lower()}"
     subprocess.run(["docker", "build", "-q", "-t", tag, str(task / "environment")], check=True,
                    capture_output=True, timeout=300)
