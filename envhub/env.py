@@ -115,9 +115,9 @@ class Env(RebuiltOnCopy):
     grading_preload: ClassVar[tuple[str, ...]] = ()
     #: Limits of a grading sandbox, when they differ from ``sandbox_spec``'s (e.g. a larger output cap).
     grading_limits: ClassVar[Limits | None] = None
-    #: The agent's tools run code next to what it must not see (hidden tests): the ``process``
-    #: backend, which hides nothing, is used only when asked for by name, never as the fallback.
-    needs_isolation: ClassVar[bool] = False
+    #: Agent code must not see task data, hidden tests or server memory: ``process`` only when named,
+    #: never as the fallback. An env whose sandboxes run only trusted code says so here: ``False``.
+    needs_isolation: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -207,7 +207,7 @@ class Env(RebuiltOnCopy):
 
     @property
     def sandbox_backend(self) -> str:
-        """The sandbox backend asked for: auto | docker | bwrap | process."""
+        """The sandbox backend asked for: auto | docker | bwrap | landlock | process."""
         return self.sandboxes.backend
 
     @property

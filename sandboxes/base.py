@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 from envhub.errors import InfraError
 
 #: Backend names, best isolation first.
-BACKENDS = ("docker", "bwrap", "process")
+BACKENDS = ("docker", "bwrap", "landlock", "process")
 TRUNCATION_MARKER = "\n[... output truncated by envhub: {dropped} more bytes ...]\n"
 
 

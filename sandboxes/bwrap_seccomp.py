@@ -28,6 +28,7 @@ from envhub.sandboxes.seccomp_policy import (
     ARCHES,
     DENIED_SYSCALLS,
     ENOSYS_SYSCALLS,
+    LOCAL_SOCKET_FAMILIES,
     NAMESPACE_FLAGS,
     PERSONALITY_FLAGS,
 )
@@ -61,21 +62,23 @@ def _clone_flags_arg() -> int | None:
 
 
 @functools.cache
-def seccomp_program() -> SeccompProgram:
-    """The filter for bwrap sandboxes, compiled once per process (see the module docstring)."""
+def seccomp_program(network: bool = True) -> SeccompProgram:
+    """The filter for bwrap sandboxes, compiled once per process (see the module docstring).
+    Without ``network`` it also refuses ``socket()`` of any family but the local ones (for
+    sandboxes that share the host's network namespace: the landlock backend's)."""
     try:
         import pyseccomp as seccomp
     except (ImportError, RuntimeError, OSError) as exc:  # RuntimeError: libseccomp not found
         why = "pyseccomp is not installed" if isinstance(exc, ImportError) else f"libseccomp unusable: {exc}"
         return SeccompProgram(None, reason=why)
     try:
-        return _compile(seccomp)
+        return _compile(seccomp, network)
     except (OSError, AttributeError, ValueError) as exc:
         log.warning("could not build the bwrap seccomp filter: %r", exc)
         return SeccompProgram(None, reason=f"libseccomp failed to build the filter: {exc}")
 
 
-def _compile(seccomp: Any) -> SeccompProgram:
+def _compile(seccomp: Any, network: bool) -> SeccompProgram:
     """Build and export the filter with ``seccomp``, the pyseccomp module."""
     deny = seccomp.ERRNO(errno.EPERM)
     flt = seccomp.SyscallFilter(seccomp.ALLOW)
@@ -94,6 +97,10 @@ def _compile(seccomp: Any) -> SeccompProgram:
             flt.add_rule(deny, "clone", seccomp.Arg(arg, seccomp.MASKED_EQ, flag, flag))
     for flag in PERSONALITY_FLAGS:
         flt.add_rule(deny, "personality", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    if not network:
+        # one rule, several conditions that must all hold: no family in the allowed list
+        flt.add_rule(seccomp.ERRNO(errno.EACCES), "socket",
+                     *(seccomp.Arg(0, seccomp.NE, family) for family in LOCAL_SOCKET_FAMILIES))
     fd = os.memfd_create("envhub-seccomp", os.MFD_CLOEXEC)
     with open(fd, "w+b") as fh:
         flt.export_bpf(fh)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from envhub.errors import InfraError
 from envhub.sandboxes.base import SandboxSpec
 from envhub.sandboxes.factory import create_sandbox
-from envhub.sandboxes.selection import requested_backend
+from envhub.sandboxes.selection import requested_backend, select_backend
 
 if TYPE_CHECKING:
     from envhub.sandboxes.base import Limits, Sandbox
@@ -57,7 +57,7 @@ class EpisodeSandbox(Protocol):
 
 
 class SandboxDoor:
-    """The sandboxes of one env: ``backend`` (auto | docker | bwrap | process) and warm pools of
+    """The sandboxes of one env: ``backend`` (auto | docker | bwrap | landlock | process) and warm pools of
     ``pool`` idle sandboxes per role (0: a cold sandbox per episode and per grading).
 
     ValueError for an unknown backend name, TypeError for a pool size that is no non-negative integer.
@@ -86,6 +86,20 @@ class SandboxDoor:
         except Exception as exc:
             who = needs.env_id or type(needs).__name__
             raise InfraError(f"{who} could not start a sandbox: {exc}") from exc
+
+    def isolation_problem(self) -> str | None:
+        """Why this env's sandboxes would not isolate its agent's code here -- it needs isolation
+        and the backend ``auto`` picks is ``process`` -- else None (also when ``process`` was
+        asked for by name, which says what that costs when the first sandbox starts)."""
+        if self.needs.sandbox_spec is None or not self.needs.needs_isolation:
+            return None
+        if select_backend(self.backend) != "process" or requested_backend(self.backend) == "process":
+            return None
+        from envhub.sandboxes.factory import ISOLATION_REFUSED
+        from envhub.sandboxes.selection import probe_bwrap, probe_docker, probe_landlock
+
+        why = "; ".join(f"{s.name}: {s.reason}" for s in (probe_docker(), probe_bwrap(), probe_landlock()))
+        return f"{ISOLATION_REFUSED} ({why})"
 
     def for_episode(self, episode: EpisodeSandbox) -> Sandbox:
         """``episode``'s agent sandbox, started on first use; its start counts as sandbox time."""

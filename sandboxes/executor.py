@@ -41,9 +41,9 @@ import sys
 import time
 
 if __name__ == "__main__":  # inside a sandbox: the bootstrap loaded the helpers under these names
-    fsops, procs, tarops = (sys.modules[f"envhub_{name}"] for name in ("fsops", "procs", "tarops"))
+    confine, fsops, procs, tarops = (sys.modules[f"envhub_{name}"] for name in ("confine", "fsops", "procs", "tarops"))
 else:
-    from envhub.sandboxes import fsops, procs, tarops
+    from envhub.sandboxes import confine, fsops, procs, tarops
 
 # The helpers, under the names the host has always imported from here.
 OpError, rel_parts, open_dir = fsops.OpError, fsops.rel_parts, fsops.open_dir
@@ -113,8 +113,9 @@ def apply_limits(limits: dict) -> None:
 class ForkedPython:
     """The part of ``subprocess.Popen`` that ``_pump`` and ``_kill_call`` use, for a forked child."""
 
-    def __init__(self, source: str, cwd: str, env: dict) -> None:
-        """Fork the child; ``OSError`` when it cannot be (the agent holds every pid or fd)."""
+    def __init__(self, source: str, cwd: str, env: dict, enter_child=None) -> None:
+        """Fork the child; ``OSError`` when it cannot be (the agent holds every pid or fd).
+        ``enter_child`` runs in the child before anything else (the commands' confinement)."""
         fds: list[int] = []
         try:
             fds += os.pipe()
@@ -126,6 +127,11 @@ class ForkedPython:
                 os.close(fd)
             raise
         if pid == 0:  # pragma: no cover - runs in the child
+            if enter_child is not None:
+                try:
+                    enter_child()
+                except BaseException:
+                    os._exit(126)  # never run the source less confined than asked
             _forked_child(source, cwd, env, out_w, err_w)
         os.close(out_w)
         os.close(err_w)
@@ -198,8 +204,10 @@ def _bounds(req: dict) -> dict:
 
 
 class Executor:
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: dict, confinement=None) -> None:
         self.workdir = config["workdir"]
+        #: The landlock backend's (entered already): every command enters its nested domain.
+        self.enter_child = confinement.enter_child if confinement is not None else None
         self.wipe_dirs = list(config.get("wipe", [self.workdir]))
         self.base_env = dict(config.get("env", {}))
         self.kill_all = bool(config.get("kill_all")) and os.getpid() == 1
@@ -352,6 +360,7 @@ class Executor:
                 env=env,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=self.enter_child,
             )
         except FileNotFoundError:
             return self._failed(127, f"envhub: command not found: {argv[0]}\n")
@@ -377,7 +386,7 @@ class Executor:
         oom_before = self.oom_count()
         start, since = time.monotonic(), procs.ticks_now()
         try:
-            proc = ForkedPython(req["source"], cwd, env)
+            proc = ForkedPython(req["source"], cwd, env, self.enter_child)
         except OSError as exc:  # e.g. EAGAIN: the agent's processes hold the whole pids limit
             return self._failed(126, f"envhub: cannot start the command: {exc}\n")
         return self._complete(proc, None, cap, (start, since), start + timeout, oom_before,
@@ -625,7 +634,15 @@ def main() -> None:
     os.chdir(config["workdir"])
     apply_limits(config.get("limits", {}))
     os.umask(0o022)
-    Executor(config).serve()
+    confinement = None
+    if config.get("confine"):
+        confinement = confine.Confinement(config["confine"])
+        try:
+            confinement.enter()
+        except OSError as exc:  # serve nothing rather than serve unconfined
+            sys.stderr.write(f"envhub executor: cannot confine itself: {exc}\n")
+            sys.exit(70)
+    Executor(config, confinement).serve()
 
 
 if __name__ == "__main__":

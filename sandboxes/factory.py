@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 from envhub.sandboxes.base import Sandbox, SandboxError, SandboxSpec
 from envhub.sandboxes.resident import ResidentSandbox
+
+#: Why an env that needs isolation gets no process sandbox unless asked by name, and what that costs.
+ISOLATION_REFUSED = (
+    "this env runs the agent's code next to what that code must not see (task data, hidden tests, "
+    "the verifier's data, this process's memory), and no isolating sandbox (docker, bwrap, landlock) "
+    "works here; `envhub sandbox doctor` says how to get one. Passing --sandbox process (or "
+    "ENVHUB_SANDBOX=process) runs it anyway, and then the agent's code can read all of that, so its "
+    "rewards and evaluations mean nothing")
 
 #: Size of the warm pool that :func:`create_sandbox` takes sandboxes from when its caller names none.
 POOL_VARIABLE = "ENVHUB_SANDBOX_POOL"
@@ -27,11 +36,27 @@ def unstarted_sandbox(backend: str, spec: SandboxSpec | None = None) -> Resident
         from envhub.sandboxes.bwrap_backend import BwrapSandbox
 
         return BwrapSandbox(spec)
+    if backend == "landlock":
+        from envhub.sandboxes.landlock_backend import LandlockSandbox
+
+        return LandlockSandbox(spec)
     if backend == "process":
         from envhub.sandboxes.process_backend import ProcessSandbox
 
         return ProcessSandbox(spec)
     raise ValueError(f"unknown sandbox backend {backend!r}")
+
+
+_waived = False
+
+
+def _warn_isolation_waived() -> None:
+    global _waived
+    if not _waived:
+        _waived = True
+        warnings.warn("the process backend was asked for by name for an env that needs isolation: the agent's "
+                      "code can read its task data, hidden tests and this process's memory, so its rewards "
+                      "and evaluations mean nothing", RuntimeWarning, stacklevel=3)
 
 
 def default_pool_size() -> int:
@@ -48,15 +73,15 @@ def create_sandbox(backend: str = "auto", spec: SandboxSpec | None = None, *, po
                    isolate: bool = False) -> Sandbox:
     """A started sandbox with its own, empty work dir. Close it (or use ``with``) when done.
 
-    ``backend`` is auto | docker | bwrap | process (see :func:`select_backend`). With ``pool`` > 0
+    ``backend`` is auto | docker | bwrap | landlock | process (see :func:`select_backend`). With ``pool`` > 0
     (default: ``ENVHUB_SANDBOX_POOL``, else 0) the sandbox comes from the process-wide warm pool of
     its backend and spec, which keeps ``pool`` idle ones, and ``close()`` resets it and gives it
     back -- the same contract, without paying a cold start per use; with 0 it is a cold one of its own.
 
     ``isolate``: the caller runs code next to something that code must not see (hidden tests), so
     the ``process`` backend, which hides nothing, is used only when asked for by name
-    (``backend`` or ``ENVHUB_SANDBOX``); where ``auto`` finds nothing better, SandboxError says how
-    to fix that. ValueError for an unknown backend name or a negative pool size.
+    (``backend`` or ``ENVHUB_SANDBOX``); where ``auto`` finds nothing better, SandboxError
+    (:data:`ISOLATION_REFUSED`) says how to fix that and what running without isolation loses. ValueError for an unknown backend name or a negative pool size.
     """
     from envhub.sandboxes.selection import requested_backend, select_backend
 
@@ -64,10 +89,10 @@ def create_sandbox(backend: str = "auto", spec: SandboxSpec | None = None, *, po
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"a sandbox pool size is a non-negative integer, not {pool!r}")
     name = select_backend(backend)
-    if isolate and name == "process" and requested_backend(backend) != "process":
-        raise SandboxError("the code run here sits next to what it must not see, and no isolating sandbox "
-                           "(docker, bwrap) works on this machine; `envhub sandbox doctor` says how to fix that, "
-                           "or pass --sandbox process to run it without isolation anyway")
+    if isolate and name == "process":
+        if requested_backend(backend) != "process":
+            raise SandboxError(ISOLATION_REFUSED)
+        _warn_isolation_waived()
     if size > 0:
         from envhub.sandboxes.pool import shared_pool
 

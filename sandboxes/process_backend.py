@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from typing import Any
 
 from envhub.sandboxes import cleanup, fsops
 from envhub.sandboxes.base import SandboxSpec
@@ -40,8 +41,9 @@ def warn_trusted_only() -> None:
         warnings.warn(TRUSTED_ONLY, RuntimeWarning, stacklevel=3)
 
 
-def _user_process_count() -> int:
-    uid = os.getuid()
+def _user_process_count(uid: int | None = None) -> int:
+    """How many processes ``uid`` (default: ours) runs now."""
+    uid = os.getuid() if uid is None else uid
     count = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -102,6 +104,11 @@ class ProcessSandbox(ResidentSandbox):
 
     def _launch(self) -> Transport:
         warn_trusted_only()
+        return self._start_executor(sys.executable, {})
+
+    def _start_executor(self, python: str, extra: dict[str, Any], uid: int | None = None) -> Transport:
+        """Start the executor with ``python``, its config plus ``extra``, on pipes; as ``uid``
+        (and its own group, no other) when given."""
         env = {**BASE_ENV, "HOME": self._home, "TMPDIR": self._home}
         config = {
             "workdir": self.workdir,
@@ -111,15 +118,17 @@ class ProcessSandbox(ResidentSandbox):
             "oom": "heuristic",
             "limits": self._rlimits(),
             "token": self.token,
+            **extra,
         }
         self._proc = subprocess.Popen(
-            executor_argv(sys.executable, {**config, "preload": list(self.spec.preload)}),
+            executor_argv(python, {**config, "preload": list(self.spec.preload)}),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             cwd=self.workdir,
             env=env,
             start_new_session=True,
+            **({} if uid is None else {"user": uid, "group": uid, "extra_groups": []}),
         )
         assert self._proc.stdin is not None and self._proc.stdout is not None
         return PipeTransport(self._proc.stdin, self._proc.stdout)

@@ -58,7 +58,7 @@ BASE_ENV = {
 
 
 #: Helper modules the executor imports, by the names it finds them under inside a sandbox.
-EXECUTOR_HELPERS = (("envhub_fsops", "fsops.py"), ("envhub_tarops", "tarops.py"), ("envhub_procs", "procs.py"))
+EXECUTOR_HELPERS = (("envhub_confine", "confine.py"), ("envhub_fsops", "fsops.py"), ("envhub_tarops", "tarops.py"), ("envhub_procs", "procs.py"))
 #: ``python -I -c`` program: load the helpers' sources (next arguments) as modules, then run the
 #: executor's source as ``__main__``; what is left in ``sys.argv`` is the executor's config.
 BOOTSTRAP = (

@@ -54,6 +54,9 @@ NAMESPACE_FLAGS = (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000
 #: refuses the read-only query ``personality(0xffffffff)``, which a filter cannot tell apart from
 #: setting every flag.
 PERSONALITY_FLAGS = (0x0040000, 0x0400000, 0x0100000)
+#: Socket families a sandbox without a network namespace of its own may still create (AF_UNIX):
+#: the landlock backend's filter refuses ``socket()`` of every other family with EACCES.
+LOCAL_SOCKET_FAMILIES = (1,)
 #: The architectures whose ``clone`` takes its flags as the first argument, by ``uname -m``, with
 #: Docker's (Go's) and libseccomp's names: the only ones the policy is written for.
 ARCHES = {

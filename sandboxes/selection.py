@@ -1,11 +1,12 @@
 """Which backend to use here: ``select_backend`` for code, ``doctor`` for people.
 
 Auto order, best isolation first: docker (the engine answers and the base image exists), then
-bwrap (installed and a sandbox really starts -- user namespaces may be disabled), then process,
+bwrap (installed and a sandbox really starts -- user namespaces may be disabled), then landlock
+(Linux 6.12+: confinement without namespaces, what a served container gets), then process,
 which isolates nothing and therefore warns. Picking bwrap where its sandboxes lack the memory
 cgroup or the seccomp filter (:func:`envhub.sandboxes.bwrap_backend.hardening`) warns too, saying
 to prefer docker for untrusted code; the doctor shows the same in bwrap's row.
-``ENVHUB_SANDBOX=docker|bwrap|process`` overrides "auto" for a whole run; an explicit name is
+``ENVHUB_SANDBOX=docker|bwrap|landlock|process`` overrides "auto" for a whole run; an explicit name is
 always honoured (and fails loudly if it cannot work). The auto decision is probed once per
 process and cached.
 """
@@ -81,6 +82,19 @@ def probe_bwrap() -> BackendStatus:
     return _smoke("bwrap", FIX_USERNS)
 
 
+def probe_landlock(full: bool = False) -> BackendStatus:
+    """Landlock ABI 6, the no-network seccomp filter and a python under /usr; with ``full``, a
+    real sandbox starts and runs python."""
+    from envhub.sandboxes.landlock_backend import FIX_LANDLOCK, unavailable
+
+    missing = unavailable()
+    if missing is not None:
+        return missing
+    if full:
+        return _smoke("landlock", FIX_LANDLOCK)
+    return BackendStatus("landlock", True, detail="Landlock and seccomp, no namespaces")
+
+
 def probe_process() -> BackendStatus:
     return BackendStatus("process", True, detail="no isolation: trusted code only")
 
@@ -115,7 +129,7 @@ def _smoke(backend: str, fix: str) -> BackendStatus:
 
 def doctor() -> list[BackendStatus]:
     """Every backend, fully checked (a real sandbox is started for each that can be)."""
-    return [probe_docker(full=True), probe_bwrap(), probe_process()]
+    return [probe_docker(full=True), probe_bwrap(), probe_landlock(full=True), probe_process()]
 
 
 def requested_backend(preferred: str | None = "auto") -> str:
@@ -162,9 +176,13 @@ def _probe_auto() -> str:
             log.warning("auto picked bwrap (docker: %s), where %s; to get docker instead: %s",
                         docker.reason, found.describe(), docker.fix)
         return "bwrap"
+    landlock = probe_landlock(full=True)
+    if landlock.ok:
+        return "landlock"
     from envhub.sandboxes.process_backend import warn_trusted_only
 
-    log.warning("no isolating sandbox works here (docker: %s; bwrap: %s)", docker.reason, bwrap.reason)
+    log.warning("no isolating sandbox works here (docker: %s; bwrap: %s; landlock: %s)", docker.reason,
+                bwrap.reason, landlock.reason)
     warn_trusted_only()
     return "process"
 

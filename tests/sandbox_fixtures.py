@@ -29,8 +29,8 @@ def backend_problem(backend: str) -> str | None:
 
     if backend == "process":
         return None
-    if backend == "bwrap":
-        status = selection.probe_bwrap()
+    if backend in ("bwrap", "landlock"):
+        status = selection.probe_bwrap() if backend == "bwrap" else selection.probe_landlock()
         return None if status.ok else f"{status.reason} (fix: {status.fix})"
     engine = selection._docker_engine_status()
     if engine is not None:
@@ -52,7 +52,8 @@ def require_backend(backend: str) -> None:
 
 
 def backend_params(*backends: str) -> list[object]:
-    """``pytest.param``s carrying the ``docker`` / ``bwrap`` markers."""
+    """``pytest.param``s carrying the ``docker`` / ``bwrap`` markers (landlock needs no marker:
+    it runs wherever the kernel has Landlock ABI 6)."""
     marks = {"docker": [pytest.mark.docker], "bwrap": [pytest.mark.bwrap]}
     return [pytest.param(b, marks=marks.get(b, []), id=b) for b in backends]
 

@@ -197,7 +197,7 @@ def rollout(
     seed: int = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="episodes in flight")] = 4,
     split: str = "train",
-    sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | process")] = "auto",
+    sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | landlock | process")] = "auto",
     env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
     remote: Annotated[str | None, typer.Option(help="drive the env served at this URL (envhub serve)")] = None,
     token: Annotated[str | None, typer.Option(envvar="ENVHUB_TOKEN", help="bearer token for --remote")] = None,

@@ -21,7 +21,7 @@ def profile_command(
     limit: Annotated[int, typer.Option(min=0, help="profile a seeded sample of this many tasks; 0 = all")] = 0,
     seed: int = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="episodes in flight")] = 4,
-    sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | process")] = "auto",
+    sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | landlock | process")] = "auto",
 ) -> None:
     """pass@k per task (unbiased estimator); writes profile.json and curriculum.json (0 < p < 1)."""
     from envhub.policies import make_policy

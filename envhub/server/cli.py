@@ -7,6 +7,7 @@ extra is reported when the command runs, with the install line.
 from __future__ import annotations
 
 import ipaddress
+import os
 from typing import Annotated, Any
 
 import typer
@@ -51,7 +52,7 @@ def serve_command(
     docker: Annotated[bool, typer.Option(help="build and run the server in a container (offline, on "
                                          "envhub/base)")] = False,
     split: Annotated[str, typer.Option(help="task split served")] = "train",
-    sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | process")] = "auto",
+    sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | landlock | process")] = "auto",
     env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
     expose_gold: Annotated[bool, typer.Option(help="serve reference actions (scripted evaluation only: "
                                               "they reveal the answers)")] = False,
@@ -67,6 +68,7 @@ def serve_command(
     rebuild: Annotated[bool, typer.Option(help="--docker: rebuild the image even if it is current")] = False,
 ) -> None:
     """Serve ENV_ID over HTTP, WebSocket and MCP, compatible with OpenEnv's clients."""
+    os.environ.pop("ENVHUB_TOKEN", None)  # read once: neither sandboxes nor /proc/<us>/environ readers get it
     check_exposure(host, token, insecure_no_token)
     env_spec(env_id)  # an unknown env or argument is an error here, before any image or server
     env_kwargs = checked_env_kwargs(env_id, env_arg, sandbox=sandbox)
@@ -92,6 +94,7 @@ def serve_command(
     except ImportError as exc:
         raise fail(f"envhub serve needs the serve extra ({exc}): pip install 'envhub[serve]'") from None
     from envhub.registry import UnknownEnvError
+    from envhub.server.hub import IsolationUnavailable
 
     config = ServerConfig(
         max_sessions=max_sessions, session_ttl_s=session_ttl, attached_idle_s=attached_idle_timeout or None,
@@ -102,7 +105,7 @@ def serve_command(
     )
     try:
         app = create_app(env_id, config)
-    except UnknownEnvError as exc:
+    except (UnknownEnvError, IsolationUnavailable) as exc:
         raise fail(str(exc)) from None
     uvicorn.run(app, **uvicorn_options(host=host, port=port, ping_interval=ping_interval,
                                        max_message_bytes=max_message_bytes, log_level=log_level))

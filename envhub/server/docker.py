@@ -59,7 +59,7 @@ LABEL_INPUTS = "envhub.serve.inputs"
 #: What the server imports at run time, beyond envhub's own requirements. The optional ones
 #: (uvicorn's fast loop and parser) are taken when installed here.
 RUNTIME = ("fastapi", "uvicorn", "websockets", "prometheus_client")
-OPTIONAL_RUNTIME = ("uvloop", "httptools")
+OPTIONAL_RUNTIME = ("uvloop", "httptools", "pyseccomp")
 
 Echo = Callable[[str], None]
 

@@ -48,10 +48,18 @@ class ServerConfig:
                              attached_idle_s=self.attached_idle_s, executor=self.executor)
 
 
+class IsolationUnavailable(RuntimeError):
+    """The env runs agent code and nothing here can isolate it: the server does not start."""
+
+
 class Hub:
     def __init__(self, factory: Callable[[], Env], config: ServerConfig, *, description: str = "") -> None:
         self.config = config
         template = factory()
+        problem = template.sandboxes.isolation_problem()
+        if problem is not None:
+            template.close()
+            raise IsolationUnavailable(f"{template.env_id} is not served here: {problem}")
         self.template = template
         self.env_id = template.env_id or type(template).__name__
         self.description = description or (type(template).__doc__ or self.env_id).strip().splitlines()[0]

@@ -19,11 +19,10 @@ The directory is what OpenEnv's tools take (``openenv validate DIR``, ``openenv 
 - ``validation/runtime.json``: the runtime plan OpenEnv's validator replays over ``/ws`` (a reset
   by seed and a few actions without a tool call). It names no task and no answer.
 
-The served split is the export's split. Inside the container the env's tools run with whatever
-sandbox backend works there -- usually ``process``, so the container is the only isolation
-boundary (families that require isolation, such as code repair, refuse to run there and end
-their episodes as ``env_error``). Pushing the image (``openenv push``) needs a registry; nothing
-here talks to one.
+The served split is the export's split. Inside the container the env's tools run on the
+landlock sandbox backend (docs/serving.md, "What a served container isolates"); where it cannot
+work, an env that runs agent code refuses to start. Pushing the image (``openenv push``) needs a
+registry; nothing here talks to one.
 """
 
 from __future__ import annotations

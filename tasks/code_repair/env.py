@@ -85,7 +85,6 @@ class CodeRepairEnv(Env):
     sandbox_spec: ClassVar[SandboxSpec] = SandboxSpec(limits=Limits(timeout_s=30.0, memory_mb=512, disk_mb=64))
     #: the probe runner reports every observation on stdout: room for the largest suites' reports
     grading_limits: ClassVar[Limits] = Limits(timeout_s=120.0, memory_mb=512, disk_mb=64, output_bytes=16 * 1024 * 1024)
-    needs_isolation = True
 
     def __init__(self, *, manifest: str | None = None, partial_credit: bool = False,
                  difficulties: Sequence[int] | None = None, **kwargs: Any) -> None:

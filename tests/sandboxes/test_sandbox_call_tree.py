@@ -8,10 +8,10 @@ import warnings
 import pytest
 from sandbox_fixtures import backend_params, require_backend
 
-from envhub.sandboxes import SandboxSpec, new_sandbox
+from envhub.sandboxes import SandboxSpec, new_sandbox, procs
 from envhub.sandboxes.base import Limits
 
-ALL = backend_params("process", "bwrap", "docker")
+ALL = backend_params("process", "bwrap", "landlock", "docker")
 #: Leaves the process group twice, each time out of the command's reach: ``setsid`` in a
 #: background job, and a double fork whose grandchild is re-parented to the executor at once
 #: (the command waits until that grandchild has exec'd: its copy of a close-on-exec pipe closes).
@@ -22,10 +22,27 @@ ESCAPE = (
 )
 
 
+def _running_below(executor: int, cmdlines: set[str], expect: int | None) -> int:
+    deadline = time.monotonic() + 3
+    while True:
+        count = 0
+        for pid in procs.descendants(executor):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    count += fh.read().replace(b"\0", b" ").decode() in cmdlines
+            except OSError:
+                continue
+        if expect is None or count == expect or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
+
+
 def running(sb, *durations: int, expect: int | None = None) -> int:
     """How many ``sleep <duration>`` processes this sandbox's /proc shows (waiting a little for
     ``expect`` of them: a background job may not have exec'd ``sleep`` yet)."""
     patterns = "|".join(f"sleep {d}" for d in durations)
+    if sb.backend == "landlock":  # its commands have no /proc: count the executor's descendants from here
+        return _running_below(sb._proc.pid, {f"sleep {d} " for d in durations}, expect)
     script = ("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
               f" | grep -cE '^({patterns}) $' || true")
     deadline = time.monotonic() + 3

@@ -8,7 +8,7 @@ import pytest
 
 import envhub
 from envhub.errors import InfraError
-from envhub.sandboxes import PooledSandbox, SandboxError, create_sandbox, selection
+from envhub.sandboxes import PooledSandbox, SandboxError, create_sandbox, factory, selection
 from envhub.sandboxes.base import Limits
 from envhub.sandboxes.door import SandboxDoor
 from envhub.tasks.computation.env import ComputationEnv
@@ -32,9 +32,12 @@ def test_pool_zero_is_a_cold_sandbox_of_its_own_and_bad_sizes_fail(monkeypatch):
 def test_isolation_refuses_the_process_fallback_but_not_process_by_name(monkeypatch):
     monkeypatch.delenv("ENVHUB_SANDBOX", raising=False)
     monkeypatch.setattr(selection, "_auto_choice", "process")  # what auto finds with no docker or bwrap
-    with pytest.raises(SandboxError, match="--sandbox process"):
+    with pytest.raises(SandboxError, match="--sandbox process") as refused:
         create_sandbox("auto", pool=0, isolate=True)
-    with create_sandbox("process", pool=0, isolate=True) as sb:
+    assert "can read all of that" in str(refused.value)  # the way around says what it costs
+    monkeypatch.setattr(factory, "_waived", False)
+    with pytest.warns(RuntimeWarning, match="rewards and evaluations mean nothing"), \
+            create_sandbox("process", pool=0, isolate=True) as sb:
         assert sb.backend == "process"
     monkeypatch.setenv("ENVHUB_SANDBOX", "process")  # by name, for the whole run
     with create_sandbox("auto", pool=0, isolate=True) as sb:
@@ -43,7 +46,27 @@ def test_isolation_refuses_the_process_fallback_but_not_process_by_name(monkeypa
 
 class _StrictGrading(ComputationEnv):
     grading_limits = Limits(timeout_s=3.0, output_bytes=1024)
-    needs_isolation = True
+
+
+class _TrustedTools(ComputationEnv):
+    needs_isolation = False
+
+
+def test_isolation_is_every_env_default_and_a_server_refuses_without_it(monkeypatch):
+    """Computation (a python tool) needs isolation without saying so; an author opts out in the
+    class. Where auto would fall back to process, the server does not start, and says why."""
+    from envhub.server.app import create_app
+    from envhub.server.hub import IsolationUnavailable, ServerConfig
+
+    assert ComputationEnv.needs_isolation and not _TrustedTools.needs_isolation
+    monkeypatch.delenv("ENVHUB_SANDBOX", raising=False)
+    monkeypatch.setattr(selection, "_auto_choice", "process")
+    problem = ComputationEnv(sandbox="auto").sandboxes.isolation_problem()
+    assert problem and "landlock:" in problem and "bwrap:" in problem and "docker:" in problem
+    assert _TrustedTools(sandbox="auto").sandboxes.isolation_problem() is None
+    assert ComputationEnv(sandbox="process").sandboxes.isolation_problem() is None  # by name: served, warned
+    with pytest.raises(IsolationUnavailable, match="is not served here"):
+        create_app("envhub/Computation-v0", ServerConfig())
 
 
 def test_an_env_gets_its_sandboxes_through_its_door(monkeypatch):

@@ -254,6 +254,7 @@ def test_auto_falls_back_to_process_with_a_warning(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("ENVHUB_SANDBOX", raising=False)
     monkeypatch.setattr(selection, "probe_docker", lambda full=False: BackendStatus("docker", False, "none"))
     monkeypatch.setattr(selection, "probe_bwrap", lambda: BackendStatus("bwrap", False, "none"))
+    monkeypatch.setattr(selection, "probe_landlock", lambda full=False: BackendStatus("landlock", False, "none"))
     monkeypatch.setattr(process_backend, "_warned", False)
     selection.reset_selection_cache()
     try:
@@ -272,7 +273,8 @@ def test_auto_prefers_an_isolating_backend(monkeypatch: pytest.MonkeyPatch) -> N
     try:
         choice = select_backend()
         docker_ok, bwrap_ok = selection.probe_docker().ok, selection.probe_bwrap().ok
-        expected = "docker" if docker_ok else "bwrap" if bwrap_ok else "process"
+        landlock_ok = selection.probe_landlock().ok
+        expected = "docker" if docker_ok else "bwrap" if bwrap_ok else "landlock" if landlock_ok else "process"
         assert choice == expected
     finally:
         selection.reset_selection_cache()
@@ -281,7 +283,7 @@ def test_auto_prefers_an_isolating_backend(monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.mark.slow
 def test_doctor_reports_every_backend_with_a_fix() -> None:
     statuses = doctor()
-    assert [s.name for s in statuses] == ["docker", "bwrap", "process"]
+    assert [s.name for s in statuses] == ["docker", "bwrap", "landlock", "process"]
     for status in statuses:
         assert status.ok or (status.reason and status.fix), status
     bwrap = statuses[1]

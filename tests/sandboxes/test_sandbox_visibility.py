@@ -19,6 +19,7 @@ import pytest
 from sandbox_fixtures import backend_params, require_backend
 
 from envhub.sandboxes import bwrap_backend, new_sandbox
+from envhub.sandboxes.confine import SYSTEM_TREES
 from envhub.sandboxes.hidden import hidden_paths
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,12 +126,18 @@ def test_the_markers_are_in_the_installed_copy_on_the_host(installed, markers):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", backend_params("docker", "bwrap"))
+@pytest.mark.parametrize("backend", backend_params("docker", "bwrap", "landlock"))
 def test_no_sandbox_sees_hidden_tests_or_task_data(backend, installed, markers):
     require_backend(backend)
     with new_sandbox(backend) as sb:
-        assert search(sb, markers) == controls(sb, markers)  # found: our control copies, nothing else
-        if backend == "bwrap":  # the mask: the installed package is an empty directory in there
+        # landlock shows no directory listing of / or /tmp: search every tree it allows, and the
+        # installed copy, this checkout and the host's temporary files by name
+        where = "/" if backend != "landlock" else " ".join([*SYSTEM_TREES, "/tmp", str(installed), str(REPO)])
+        assert search(sb, markers, where) == controls(sb, markers)  # found: our control copies, nothing else
+        if backend == "landlock":
+            assert "Permission denied" in sb.exec(["ls", str(installed / "envhub")]).stderr
+            assert sb.exec(["python3", "-c", "import json, pytest"]).ok  # /usr's own packages still work
+        elif backend == "bwrap":  # the mask: the installed package is an empty directory in there
             assert sb.exec(["ls", "-A", str(installed / "envhub")]).stdout == ""
             assert sb.exec(["python3", "-c", "import json, pytest"]).ok  # /usr's own packages still work
         else:  # no host path is mounted into a container, only its tmpfs
