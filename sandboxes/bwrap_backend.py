@@ -34,27 +34,25 @@ filter of :mod:`.bwrap_seccomp` (``--seccomp``), where libseccomp and pyseccomp 
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import errno
 import json
 import os
 import select
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from envhub.sandboxes import spawner
-from envhub.sandboxes.base import SandboxError, SandboxSpec
+from envhub.sandboxes.base import SandboxSpec
 from envhub.sandboxes.bwrap_cgroups import CgroupPlan, SandboxCgroup, cgroup_plan, sandbox_cgroup
 from envhub.sandboxes.bwrap_seccomp import SeccompProgram, seccomp_program
-from envhub.sandboxes.channel import ExecutorChannel, PipeTransport, Transport
+from envhub.sandboxes.channel import PipeTransport, Transport
 from envhub.sandboxes.hidden import hidden_paths
-from envhub.sandboxes.resident import BASE_ENV, START_TIMEOUT_S, ResidentSandbox, executor_argv
+from envhub.sandboxes.oom_restart import EXEC_OPS, OOM_RESTARTED, OomRestart  # noqa: F401 - OOM_RESTARTED: re-exported
+from envhub.sandboxes.resident import BASE_ENV, executor_argv
 
 SANDBOX_UID = 1000
 #: The host uid bwrap runs as when we are root (see the module docstring).
@@ -70,10 +68,6 @@ NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl", "/etc/ca-certificat
 #: becomes bwrap. ``read`` takes a pipe byte by byte, so nothing meant for the executor is eaten.
 GATE_SHELL = "/bin/sh"
 GATE = 'read -r go || exit 125; exec "$@"'
-#: Executor ops whose reply is an exec result (what an OOM kill is reported in).
-EXEC_OPS = ("exec", "pyexec")
-OOM_RESTARTED = ("envhub: the sandbox ran out of memory and the kernel killed its executor, so it was "
-                 "started afresh: every process is gone and /work, /tmp and /dev/shm are empty\n")
 FIX_CGROUP = ("run envhub as root on a host whose cgroup memory controller is writable (cgroup v1, or v2 with "
               "memory delegated), or use docker for untrusted code")
 FIX_SECCOMP = "pip install 'envhub[bwrap]' (pyseccomp) and apt-get install libseccomp2"
@@ -189,7 +183,7 @@ def bwrap_args(spec: SandboxSpec, data_fds: dict[str, int], workdir: str = "/wor
     return args
 
 
-class BwrapSandbox(ResidentSandbox):
+class BwrapSandbox(OomRestart):
     backend = "bwrap"
     workdir = "/work"
 
@@ -201,7 +195,6 @@ class BwrapSandbox(ResidentSandbox):
         #: The sandbox's own cgroup (made at the first launch), None where there is none.
         self.cgroup: SandboxCgroup | None = None
         self._cgroup_made = False
-        self._restart_lock = threading.Lock()
 
     def _launch(self) -> Transport:
         bwrap, python = bwrap_binary(), sandbox_python()
@@ -271,69 +264,33 @@ class BwrapSandbox(ResidentSandbox):
         return limits
 
     def _call(self, op: str, wait: float, **fields: Any) -> dict[str, Any]:
-        """As the base class, plus what the cgroup knows: an exec during which the kernel
-        OOM-killed a process of the sandbox reports ``oom_killed``, and a call that failed
-        because the kernel killed the executor itself for the sandbox's memory limit restarts
-        the sandbox (see :meth:`_after_restart` for what the call then returns)."""
+        """As :class:`OomRestart` (which restarts the sandbox when the kernel killed the executor
+        itself for the sandbox's memory limit), plus what the cgroup knows: an exec during which the
+        kernel OOM-killed a process of the sandbox reports ``oom_killed``."""
         cgroup = self.cgroup
-        if cgroup is None:
+        if cgroup is None or op not in EXEC_OPS:
             return super()._call(op, wait, **fields)
         before = cgroup.oom_kills()
-        t0 = time.monotonic()
-        try:
-            reply = super()._call(op, wait, **fields)
-        except SandboxError:
-            if not self._executor_oom_killed(cgroup, before):
-                raise
-            self._restart()
-            return self._after_restart(op, wait, fields, time.monotonic() - t0)
-        if op in EXEC_OPS and not reply.get("oom_killed") and cgroup.oom_kills() > before:
+        reply = super()._call(op, wait, **fields)
+        if not reply.get("oom_killed") and (self._memory_seen or 0) > before:  # read after the reply
             reply = {**reply, "oom_killed": True}
+        if reply.get("oom_killed") and "pinned" not in reply and self.cgroup is not None:
+            reply = {**reply, "pinned": self.cgroup.shmem_bytes()}
         return reply
 
-    def _after_restart(self, op: str, wait: float, fields: dict[str, Any], duration: float) -> dict[str, Any]:
-        """The answer to ``op``, whose executor the kernel killed for memory, once restarted:
-        an exec is a command killed for memory; a reset is done (the new sandbox is pristine);
-        a ping goes to the new executor; a file operation fails as an OSError (ENOMEM), which
-        tools report to the agent."""
-        if op in EXEC_OPS:
-            return _oom_reply(duration)
-        if op == "reset":
-            return {"killed": 0, "ipc_removed": 0}
-        if op in ("ping", "hello"):
-            return super()._call(op, wait, **fields)
-        raise OSError(errno.ENOMEM, OOM_RESTARTED.strip())
+    def _memory_mark(self) -> int | None:
+        return self.cgroup.oom_kills() if self.cgroup is not None else None
 
-    def _executor_oom_killed(self, cgroup: SandboxCgroup, before: int) -> bool:
-        proc = self._proc
-        return (not self._closed and proc is not None and cgroup.oom_kills() > before
+    def _killed_for_memory(self, since: int) -> bool:
+        proc, cgroup = self._proc, self.cgroup
+        return (proc is not None and cgroup is not None and cgroup.oom_kills() > since
                 and _exited(proc, timeout=1.0))
 
-    def _restart(self) -> None:
-        """A fresh executor in the same cgroup, after the kernel killed the old one (see _call).
-        SandboxError when it does not start: then the sandbox is broken for real."""
-        with self._restart_lock:
-            if self._closed:
-                raise SandboxError("the bwrap sandbox was closed")
-            if self._channel is not None:
-                self._channel.close()
-            with self._proc_dir_lock:
-                fd, self._proc_dir, self._proc_dir_known = self._proc_dir, None, False
-            if fd is not None:
-                os.close(fd)
-            self._stop()
-            if self.cgroup is not None:
-                self.cgroup.kill_all()  # the old tmpfs is freed once its last process is gone
-            try:
-                self._channel = ExecutorChannel(self._launch(), self._describe)
-                self.info = self._channel.call("hello", START_TIMEOUT_S)
-            except (OSError, SandboxError) as exc:
-                raise SandboxError(f"the bwrap sandbox could not be restarted after running out of memory: "
-                                   f"{exc}; {self._describe()}") from exc
-            if self._closed:  # closed meanwhile (a signal's cleanup): what we started goes too
-                self._channel.close()
-                self._stop()
-                raise SandboxError("the bwrap sandbox was closed while restarting")
+    def _discard_executor(self) -> None:
+        """bwrap and every process of the sandbox; the old tmpfs is freed once its last process is gone."""
+        self._stop()
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
 
     def _executor_host_pid(self) -> int | None:
         """The sandbox's PID 1 (our executor), from the JSON bwrap writes to ``--info-fd``."""
@@ -415,10 +372,3 @@ def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
-
-
-def _oom_reply(duration: float) -> dict[str, Any]:
-    """The exec reply of a call whose sandbox was restarted after the kernel killed its executor."""
-    return {"exit_code": 137, "signal": 9, "stdout": "", "stdout_dropped": 0,
-            "stderr": base64.b64encode(OOM_RESTARTED.encode()).decode("ascii"), "stderr_dropped": 0,
-            "timed_out": False, "oom_killed": True, "duration": duration}

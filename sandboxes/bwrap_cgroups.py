@@ -283,6 +283,10 @@ class SandboxCgroup:
         name = "memory.oom_control" if self.version == 1 else "memory.events"
         return _read_int_field(os.path.join(self._memory, name), "oom_kill")
 
+    def shmem_bytes(self) -> int:
+        """Memory of the sandbox that no process holds alone: tmpfs files, SysV segments, memfds."""
+        return _read_int_field(os.path.join(self._memory, "memory.stat"), "shmem")
+
     def peak_bytes(self) -> int | None:
         """The most memory the sandbox has held at once (None where the kernel does not say)."""
         name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"

@@ -12,6 +12,19 @@ container is created with ``stdin_once`` and ``auto_remove``: when our attach co
 Docker deletes the container. ``close()`` also force-removes it, so it is gone synchronously.
 Every container carries ``envhub.owned=1`` and our pid/host, which :func:`prune` uses to remove
 leftovers of dead processes.
+
+Memory: the container's memory cgroup counts everything the agent pins, SysV segments an exited
+process left, memfds and tmpfs files included. Every command is the OOM killer's first choice
+(``oom_score_adj`` 1000, re-asserted for every process of the sandbox at each command's start),
+so while the agent has processes the kernel kills one of those, not the executor. Docker could
+start the executor lower (``--oom-score-adj``), but that value is also the floor every process in
+the container may lower itself to, so it would not rank the executor below the agent's processes
+(and -1000, unkillable, would let the agent make every process unkillable and stall the
+executor's own allocations); the executor keeps the default. When the kernel kills the executor
+anyway -- no process of the agent's left to kill, or one that lowered its own score -- the
+engine's ``oom`` and ``die`` events tell it apart from a container that broke, and the sandbox
+starts afresh (:mod:`.oom_restart`): the call answers as killed for memory, never a
+``SandboxError``.
 """
 
 from __future__ import annotations
@@ -39,7 +52,8 @@ from envhub.sandboxes.dockerapi import (
     owner_labels,
 )
 from envhub.sandboxes.images import base_image_tag, ensure_base_image
-from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
+from envhub.sandboxes.oom_restart import OomRestart
+from envhub.sandboxes.resident import BASE_ENV, executor_argv
 from envhub.sandboxes.seccomp_policy import docker_security_opt
 
 log = logging.getLogger(__name__)
@@ -53,6 +67,10 @@ WORKDIR = "/work"
 LABEL_SANDBOX = "envhub.sandbox"
 #: How long the cleanup sweep waits for container creations other threads have under way.
 SWEEP_WAIT_S = 5.0
+#: How long a call that found the executor dead waits for the engine's ``die`` event of its container.
+DEATH_WAIT_S = 3.0
+#: The exit code of a container whose PID 1 the kernel killed (SIGKILL).
+KILLED_EXIT = "137"
 _launched = False
 #: token -> ident of the thread whose create_container call is in flight (single dict ops only:
 #: a sweep must never wait on a lock the interrupted main thread holds).
@@ -99,7 +117,7 @@ def container_config(spec: SandboxSpec, image: str, command: list[str]) -> tuple
     return create, host
 
 
-class DockerSandbox(ResidentSandbox):
+class DockerSandbox(OomRestart):
     backend = "docker"
     workdir = WORKDIR
 
@@ -203,6 +221,56 @@ class DockerSandbox(ResidentSandbox):
 
     def _ident(self) -> str:
         return (self.container_id or "")[:12]
+
+    def _memory_mark(self) -> int:
+        """Now, on the engine's event clock (nanoseconds; a local engine shares ours)."""
+        return time.time_ns()
+
+    def _killed_for_memory(self, since: int) -> bool:
+        """The container died of SIGKILL after an OOM kill in it, both after ``since`` (see
+        :func:`killed_for_memory`)."""
+        return bool(self.container_id) and killed_for_memory(docker_client().api, self.container_id, since)
+
+    def _discard_executor(self) -> None:
+        """The container, gone before a new one starts (its removal waited for)."""
+        self._destroy()
+        self.container_id = None
+
+
+def killed_for_memory(api: Any, container_id: str, since_ns: int, wait_s: float = DEATH_WAIT_S) -> bool:
+    """Whether the engine saw container ``container_id`` die of SIGKILL (exit 137) after an OOM
+    kill in its memory cgroup, both after ``since_ns`` (the engine's clock): the kernel killed its
+    PID 1 for the container's memory limit. Nothing inside can SIGKILL a container's PID 1; a
+    ``docker kill`` from outside is told apart by the OOM event it lacks (one that follows an OOM
+    kill of a command in the same call is taken for the agent's).
+
+    Read from the engine's event log (it keeps the recent past), waiting up to ``wait_s`` for the
+    ``die`` event; False when the container did not die (a hung executor) or died otherwise.
+    """
+    deadline = time.monotonic() + wait_s
+    start = f"{since_ns // 10**9 - 1}"
+    while True:
+        now = time.time_ns()
+        try:
+            events = list(api.events(since=start, until=f"{now // 10**9}.{now % 10**9:09d}", decode=True,
+                                     filters={"container": container_id, "event": ["oom", "die"]}))
+        except Exception as exc:  # the engine does not answer: it cannot say, so the death stays infra
+            log.warning("could not read the events of container %s: %s", container_id[:12], exc)
+            return False
+        oom, exit_code = False, None
+        for event in events:
+            if int(event.get("timeNano") or 0) <= since_ns:
+                continue
+            action = event.get("Action") or event.get("status")
+            if action == "oom":
+                oom = True
+            elif action == "die":
+                exit_code = str((event.get("Actor") or {}).get("Attributes", {}).get("exitCode"))
+        if exit_code is not None:
+            return oom and exit_code == KILLED_EXIT
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def sweep_own_containers() -> int:

@@ -64,6 +64,10 @@ RLIMITS = {
     "core": resource.RLIMIT_CORE,
 }
 OOM_COUNTER_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+#: The container's own memory cgroup statistics (v2, v1): ``shmem`` is what no process holds alone.
+MEMORY_STAT_FILES = ("/sys/fs/cgroup/memory.stat", "/sys/fs/cgroup/memory/memory.stat")
+#: How long a command's OOM score may take to become writable (see ``procs.prefer_oom``).
+PREFER_OOM_SETTLE_S = 0.001
 #: IPC filesystems emptied on reset where the sandbox has its own IPC namespace.
 IPC_DIRS = ("/dev/shm", "/dev/mqueue")
 
@@ -420,7 +424,13 @@ class Executor:
         """
         start, since = started
         self.groups.add(proc.pid)
-        procs.prefer_oom(proc.pid)
+        # PID 1 (docker, bwrap): a refusal is the moment before an exec'd command is dumpable (wait
+        # it out; a forked pyexec child never is), and what it forked meanwhile and earlier calls'
+        # jobs rank above us too
+        settle = PREFER_OOM_SETTLE_S if self.kill_all and not isinstance(proc, ForkedPython) else 0.0
+        procs.prefer_oom(proc.pid, settle)
+        if self.kill_all:
+            procs.prefer_oom_all(os.getpid())
         out, err = Capture(cap), Capture(cap)
         timed_out = self._pump(proc, stdin_data, out, err, deadline)
         if timed_out or contain:
@@ -438,7 +448,9 @@ class Executor:
             oom = self.oom_count() > oom_before
         else:
             oom = exit_code != 0 and not timed_out and any(m in err.tail for m in OOM_MARKERS)
+        extra = {"pinned": self.shmem_bytes()} if oom and self.oom_mode == "cgroup" else {}
         return {
+            **extra,
             "exit_code": exit_code,
             "signal": sig,
             "stdout": base64.b64encode(bytes(out.head)).decode("ascii"),
@@ -562,6 +574,20 @@ class Executor:
                     for line in fh:
                         key, _, value = line.partition(" ")
                         if key == "oom_kill":
+                            return int(value)
+            except (OSError, ValueError):
+                continue
+        return 0
+
+    def shmem_bytes(self) -> int:
+        """Memory of the sandbox's cgroup that no process holds alone -- files in its tmpfs dirs, SysV
+        segments, memfds (``shmem`` of memory.stat) -- which killing processes does not free."""
+        for path in MEMORY_STAT_FILES:
+            try:
+                with open(path) as fh:
+                    for line in fh:
+                        key, _, value = line.partition(" ")
+                        if key == "shmem":
                             return int(value)
             except (OSError, ValueError):
                 continue

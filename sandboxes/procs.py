@@ -20,13 +20,43 @@ SYSV_IPC = (("shm", "-m"), ("sem", "-s"), ("msg", "-q"))
 KILL_ROUNDS = 100
 
 
-def prefer_oom(pid: int) -> None:
-    """Make a command (and what it forks later) the OOM killer's first choice, not us."""
+def prefer_oom(pid: int, settle_s: float = 0.0) -> None:
+    """Make a command (and what it forks later) the OOM killer's first choice, not us.
+
+    ``settle_s``: how long to retry a refusal. A command just started by a non-dumpable executor
+    is non-dumpable itself until its ``exec`` is through -- which its parent may see before it
+    is -- and until then its /proc files are root's (as a zombie's are: it ended already)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/oom_score_adj", "w") as fh:
+                fh.write("1000")
+            return
+        except PermissionError:
+            if time.monotonic() >= deadline or _state(pid) in ("Z", "X", None):
+                return
+            time.sleep(0.0001)
+        except OSError:
+            return
+
+
+def _state(pid: int) -> str | None:
+    """The state letter of /proc/<pid>/stat (``R``, ``S``, ``Z``, ...), None when it is gone."""
     try:
-        with open(f"/proc/{pid}/oom_score_adj", "w") as fh:
-            fh.write("1000")
-    except OSError:
-        pass
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def prefer_oom_all(me: int) -> None:
+    """:func:`prefer_oom` for every process this /proc shows but ``me``: where ``me`` is PID 1 of
+    the sandbox's own PID namespace, every process the agent has. A job that forked before
+    :func:`prefer_oom` reached its parent, or lowered its own score, goes back to 1000: at each
+    command's start every process of the agent's ranks above the executor for the OOM killer."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            prefer_oom(int(entry))
 
 
 def pidfd(pid: int):

@@ -47,6 +47,12 @@ EXEC_GRACE_S = 30.0
 #: File and tree transfers through the executor.
 TRANSFER_TIMEOUT_S = 120.0
 MAX_READ_BYTES = 64 * 1024 * 1024
+#: Said with a command killed for memory when at least 1/PINNED_SHARE of the limit is shared memory
+#: (the cgroup's ``shmem``, as the executor or bwrap's host side reads it): what no kill frees.
+PINNED_SHARE = 4
+PINNED_NOTE = ("envhub: {pinned} MiB of the sandbox's {limit} MiB of memory is held by files in /work, /tmp and "
+               "/dev/shm, shared memory segments and memfds, which outlive the processes that made them: remove "
+               "what is not needed (rm, ipcrm; end a process that holds a memfd)\n")
 #: The environment every command starts from (plus the caller's ``env``). Nothing of the host's.
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -91,9 +97,12 @@ def executor_argv(python: str, config: dict[str, Any]) -> list[str]:
     return [python, "-I", "-c", BOOTSTRAP, *helpers, executor_source(), json.dumps(config)]
 
 
-def _exec_result(reply: dict[str, Any], t0: float) -> ExecResult:
+def _exec_result(reply: dict[str, Any], t0: float, memory_bytes: int = 0) -> ExecResult:
     stdout, cut_out = _text(reply, "stdout")
     stderr, cut_err = _text(reply, "stderr")
+    pinned = int(reply.get("pinned") or 0)  # with an OOM kill, where the backend can tell
+    if reply["oom_killed"] and memory_bytes and pinned * PINNED_SHARE >= memory_bytes:
+        stderr += PINNED_NOTE.format(pinned=pinned >> 20, limit=memory_bytes >> 20)
     return ExecResult(
         exit_code=int(reply["exit_code"]),
         stdout=stdout,
@@ -321,7 +330,7 @@ class ResidentSandbox(ABC):
             stdin=base64.b64encode(data).decode("ascii") if data is not None else None,
             contain=contain,
         )
-        return _exec_result(reply, t0)
+        return _exec_result(reply, t0, self.limits.memory_mb << 20)
 
     def exec_python(self, source: str, *, timeout: float | None = None, env: dict[str, str] | None = None,
                     cwd: str | None = None, contain: bool = False) -> ExecResult:
@@ -338,7 +347,7 @@ class ResidentSandbox(ABC):
             env={str(k): str(v) for k, v in (env or {}).items()}, cwd=self._rel(cwd) if cwd else ".",
             contain=contain,
         )
-        return _exec_result(reply, t0)
+        return _exec_result(reply, t0, self.limits.memory_mb << 20)
 
     def write_files(self, files: dict[str, str | bytes]) -> None:
         entries = []

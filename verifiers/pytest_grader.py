@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envhub.sandboxes.base import Sandbox
+from envhub.verifiers.placement import place_files
 
 GRADE_DIR = ".envhub_grade"
 PLUGIN_MODULE = "envhub_report"
@@ -71,7 +72,7 @@ def run_hidden_tests(
     """Write ``files`` (the submission) and ``tests`` (the hidden suite) and run pytest on them."""
     nonce = secrets.token_hex(12)
     report = f"{GRADE_DIR}/report-{nonce}.json"
-    sandbox.write_files({**files, **tests, f"{GRADE_DIR}/{PLUGIN_MODULE}.py": PLUGIN_SOURCE})
+    place_files(sandbox, files, {**tests, f"{GRADE_DIR}/{PLUGIN_MODULE}.py": PLUGIN_SOURCE})
     bootstrap = grading_bootstrap(test_paths, source_roots)
     env = {"ENVHUB_REPORT": report, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     # a child of the resident executor: pytest already imported when the sandbox preloads it

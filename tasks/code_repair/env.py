@@ -25,6 +25,9 @@ BUDGETS = {
     3: Budget(max_turns=40, max_tool_calls=60, max_agent_seconds=1200.0, max_format_errors=3),
 }
 READ_LIMIT_LINES = 400
+#: Disk a grading sandbox has beyond the agent's: the probes, runtime and runner (the largest suite's
+#: take about 0.2 MiB; ``test_code_repair_infra_limits`` checks that every one fits).
+PROBE_ROOM_MB = 8
 
 
 class _AtSubmit:
@@ -83,8 +86,11 @@ class CodeRepairEnv(Env):
     version = "1"
     default_budget = BUDGETS[1]
     sandbox_spec: ClassVar[SandboxSpec] = SandboxSpec(limits=Limits(timeout_s=30.0, memory_mb=512, disk_mb=64))
-    #: the probe runner reports every observation on stdout: room for the largest suites' reports
-    grading_limits: ClassVar[Limits] = Limits(timeout_s=120.0, memory_mb=512, disk_mb=64, output_bytes=16 * 1024 * 1024)
+    #: the probe runner reports every observation on stdout: room for the largest suites' reports; the
+    #: disk holds whatever the agent's could, plus the probes (``PROBE_ROOM_MB``; see verifiers/placement.py)
+    grading_limits: ClassVar[Limits] = Limits(timeout_s=120.0, memory_mb=512,
+                                              disk_mb=sandbox_spec.limits.disk_mb + PROBE_ROOM_MB,
+                                              output_bytes=16 * 1024 * 1024)
 
     def __init__(self, *, manifest: str | None = None, partial_credit: bool = False,
                  difficulties: Sequence[int] | None = None, **kwargs: Any) -> None:

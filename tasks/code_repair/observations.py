@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
+from envhub.verifiers.probes.compiler import ProbeCompileError
+from envhub.verifiers.probes.equality import eq_fields
 from envhub.verifiers.probes.grader import ProbeSuite, ProbeTest
 from envhub.verifiers.probes.record import judge_on_host, record_project
 
@@ -53,9 +55,11 @@ def project_suite(project: str) -> ProbeSuite:
     layout = {t: ProbeTest(**spec) for t, spec in stored["tests"].items()}
     suite = ProbeSuite.compile(project_tests(project), layout, stored["expected"], stored.get("unsegmented"),
                                stored.get("batches"))
+    suite.gold_s = dict(stored.get("gold_s", {}))  # measured, not fingerprinted: deadlines only
     if suite.fingerprint() != stored["fingerprint"]:
         raise StaleObservations(f"the observations of {project!r} were recorded for other probes; rerun "
                                 "`python -m envhub.tasks.code_repair.observations`")
+    suite.classes = eq_fields(project_sources(project))
     return suite
 
 
@@ -63,9 +67,12 @@ def record(projects: Sequence[str], jobs: int = 2) -> dict[str, dict]:
     """Record every project's suite from its gold sources (build time; runs the gold on the host)."""
     def one(name: str) -> tuple[str, dict]:
         suite = record_project(PROJECTS_DIR / name, project_sources(name), project_tests(name))
+        leaks = [f"{path}: {leak}" for path, probe in sorted(suite.probes.items()) for leak in probe.leaks]
+        if leaks:  # a probe that holds what its test expected hands it to the submission
+            raise ProbeCompileError(f"{name}: expected values left in probes: {'; '.join(leaks)}")
         return name, {"fingerprint": suite.fingerprint(), "unsegmented": suite.unsegmented, "batches": suite.batches,
                       "tests": {t: dataclasses.asdict(spec) for t, spec in sorted(suite.tests.items())},
-                      "expected": suite.expected}
+                      "expected": suite.expected, "gold_s": suite.gold_s}
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return dict(pool.map(one, projects))

@@ -35,7 +35,7 @@ from envhub.sandboxes.base import Sandbox
 from envhub.types import Outcome, Task
 from envhub.verifiers.integrity import code_findings, file_findings, is_ignored
 from envhub.verifiers.layered import GateFailure, Graded, LayeredVerifier
-from envhub.verifiers.probes.grader import run_probes
+from envhub.verifiers.probes.grader import plan, run_probes, wall_limit
 
 from .manifest import Instance
 from .observations import project_suite
@@ -45,7 +45,10 @@ if TYPE_CHECKING:
     from envhub.env import Episode
 
 MAX_FILE_BYTES = 512 * 1024
+#: the most one grading may take, whatever the gold's times make of its budget
 GRADE_TIMEOUT_S = 120.0
+#: a broken run is retried only where this much of the grading's budget is left
+RETRY_MIN_S = 1.0
 SOURCE_ROOT = "src"
 
 #: Opens a grading sandbox: each call a context manager of a fresh sandbox, never one an agent
@@ -126,9 +129,14 @@ class IntegrityGate:
 class HiddenTests:
     """Hidden tests as observation probes in a fresh sandbox, judged against the gold's observations.
 
-    A grading run that breaks (the submission killed the runner or the sandbox) is retried once in
-    another fresh sandbox; a second break is the submission's failure. Starting a grading sandbox
-    happens before any submitted code runs, so a failure there stays infrastructure.
+    The whole grading runs against one wall-clock budget, made from the gold's measured times
+    (:func:`~envhub.verifiers.probes.grader.wall_limit`): each batch has its deadline inside it, and
+    a run still going at its end (the submission stopped or starved the runner) is ended by the
+    host, its unreported tests failed and not retried -- the submission's doing. A run that broke
+    early (the submission killed the runner or the sandbox) is retried once in another fresh sandbox
+    with what is left of the budget; a second break is the submission's failure. Starting a grading
+    sandbox happens before any submitted code runs and is not counted: a failure there stays
+    infrastructure.
     """
 
     name = "hidden_tests"
@@ -142,10 +150,13 @@ class HiddenTests:
         inst = self.instance
         sources = self.snapshot.sources()
         suite = project_suite(inst.project)
+        budget = min(GRADE_TIMEOUT_S, wall_limit(plan(suite, inst.expected_tests)[0]))
+        spent = 0.0
         for attempt in (1, 2):
             with self.grading_sandbox() as sandbox:
-                results = run_probes(sandbox, suite, files=sources, tests=inst.expected_tests, timeout=GRADE_TIMEOUT_S)
-            if results.complete or attempt == 2:
+                results = run_probes(sandbox, suite, files=sources, tests=inst.expected_tests, timeout=budget - spent)
+            spent += results.duration_s
+            if results.complete or results.timed_out or attempt == 2 or budget - spent < RETRY_MIN_S:
                 break
         f2p_passed = len(results.passed(inst.fail_to_pass))
         p2p_passed = len(results.passed(inst.pass_to_pass))
@@ -157,12 +168,15 @@ class HiddenTests:
             "pass_to_pass_passed": p2p_passed, "pass_to_pass": len(inst.pass_to_pass),
             "failed": {t: getattr(results.verdicts.get(t), "reason", "not judged") for t in failed[:20]},
             "complete": results.complete, "timed_out": results.timed_out, "anomalies": results.anomalies,
-            "attempts": attempt,
+            "attempts": attempt, "budget_s": round(budget, 3), "grading_s": round(spent, 3),
         }
         if not failed:
             return Graded(1.0, True, f"all {len(inst.expected_tests)} hidden tests observed as the gold", details)
         why = (f"{len(failed)} of {len(inst.expected_tests)} hidden tests differ from the gold"
-               + ("" if results.complete else "; the grading run did not finish (timed out or killed)")
+               + ("" if results.complete else
+                  f"; the grading run passed its {budget:.1f}s budget (the submission stopped or starved the "
+                  "probe runner): the tests it had not reported fail" if results.timed_out else
+                  "; the grading run did not finish (the submission killed the runner or its sandbox)")
                + (f"; {'; '.join(results.anomalies)}" if results.anomalies else ""))
         return Graded(score, False, why, details)
 

@@ -97,7 +97,8 @@ def test_each_assertion_becomes_observations() -> None:
                 if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "observe"]
     assert observed == [
         "basket.totals()", "basket.total('a')", "basket.total('b')",
-        "basket.weight()", "0 < basket.weight() <= 10",          # bounds are inputs: the comparison is observed
+        # a chain pair by pair, its middle operand evaluated once; bounds are inputs: each comparison is observed
+        "__envhub_chain_40_11_1", "0 < __envhub_chain_40_11_1", "__envhub_chain_40_11_1 <= 10",
         "basket.first()", "basket.last()", "basket.first() < basket.last()",
         "basket.empty()",
         "basket.ratio()",

@@ -81,6 +81,33 @@ def test_runner_rejects_a_bad_plan(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "test index 1 appears twice" in proc.stderr and proc.stdout == ""
 
 
+def test_each_batch_has_its_deadline_and_the_run_one_budget(tmp_path: Path) -> None:
+    """A stalled batch ends at its own deadline; once the run's budget is spent, the batch running
+    then ends and later ones run nothing: the runner reports every test, in about the budget."""
+    order = [("test_hang", "test_hang", {}), ("test_hang", "test_never", {}), ("test_alive", "test_alive", {}),
+             ("test_hang", "test_hang", {}), ("test_alive", "test_alive", {})]
+    files = project(order, MODULES, SRC)
+    body = json.loads(files[PLAN])
+    for batch, limit in zip(body["batches"], (1.0, 1.0, 30.0, 30.0), strict=True):
+        batch["timeout_s"] = limit
+    files[PLAN] = json.dumps({**body, "budget_s": 1.8})
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-I", RUNNER, PLAN], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    wall = time.monotonic() - t0
+    records = parse(proc.stdout, set(range(len(order))))
+    got = {i: (r["status"], r["detail"]) for i, r in records.items()}
+    assert got[0] == ("timeout", "the batch ran past its 1s limit") and records[0]["observations"] == [[1, int_enc(1)]]
+    assert got[1] == ("timeout", "not run: the batch ran past its 1s limit")
+    assert got[2] == ("ok", "")
+    assert got[3] == ("timeout", "the run's grading budget of 1.8s was spent"), got  # its 30 s cut to the budget
+    assert got[4] == ("timeout", "not run: the run's grading budget of 1.8s was spent"), got
+    assert 1.8 <= wall < 1.8 + 2.0, f"the run took {wall:.1f}s for a budget of 1.8s"
+
+
 def test_kills_only_descendants() -> None:
     assert not runner._descends_from(os.getppid(), os.getpid())
     assert runner._descends_from(os.getpid(), os.getppid())

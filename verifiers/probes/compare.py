@@ -5,19 +5,29 @@ decodes into a submitted object: the runner's output is JSON, decoded into built
 strings and numbers, and compared with the expected observations recorded from the gold sources.
 
 A test passes iff the runner reported it exactly once, with status ``ok``, and its observation
-list equals the expected one: same length, the same site at every position, equal encodings
-(within the recorded tolerance at an approx site; at a ``pytest.raises`` site, pytest's own rule:
-:func:`raised_as_expected`). Anything else -- missing, duplicated, undecodable, extra or late
-output, a different status -- fails it, with the reason.
+list equals the expected one: same length, the same site at every position, and values equal as
+the test's own ``==`` would find them (:func:`same_value`: within the recorded tolerance at an
+approx site; at a ``pytest.raises`` site, pytest's own rule: :func:`raised_as_expected`).
+Anything else -- missing, duplicated, undecodable, extra or late output, a different status --
+fails it, with the reason.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import fractions
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+#: qualified class name -> the attributes its ``__eq__`` compares (``equality.eq_fields``, read from
+#: the gold); a class not listed compares all of its state
+Classes = dict[str, tuple[str, ...]]
+#: expectations that are a membership test recorded per case on the gold, not an observed value
+MEMBERSHIP = (["contains"], ["member_of"])
 
 #: longest runner output line that is decoded at all (a line past this is dropped as undecodable)
 MAX_LINE_CHARS = 8 * 1024 * 1024
@@ -66,7 +76,8 @@ def read_report(stdout: str, indices: set[int]) -> Reported:
     return out
 
 
-def judge(reported: Reported, index: int, expected: dict[str, Any], rules: dict[str, dict[str, Any]]) -> TestVerdict:
+def judge(reported: Reported, index: int, expected: dict[str, Any], rules: dict[str, dict[str, Any]],
+          classes: Classes | None = None) -> TestVerdict:
     """The verdict on one test: ``expected`` is ``{"status", "observations"}`` recorded from the gold."""
     if index in reported.duplicated:
         return TestVerdict(False, "reported more than once")
@@ -86,12 +97,37 @@ def judge(reported: Reported, index: int, expected: dict[str, Any], rules: dict[
         if not (isinstance(obs, list) and len(obs) == 2 and obs[0] == exp[0]):
             return TestVerdict(False, f"observation {position} is not from the expected site")
         rule = rules.get(str(exp[0]), {})
-        if isinstance(exp[1], list) and exp[1][:1] == ["raises"]:
+        if "member_of" in rule or "contains" in rule or (isinstance(exp[1], list) and exp[1][:1] in MEMBERSHIP):
+            if not (holds(rule, obs[1], classes) if exp[1][:1] not in MEMBERSHIP
+                    else holds_as_expected(obs[1], exp[1], classes)):
+                return TestVerdict(False, f"observation {position} (site {exp[0]}): the test's `in` does not hold")
+        elif isinstance(exp[1], list) and exp[1][:1] == ["raises"]:
             if not raised_as_expected(obs[1], exp[1]):
                 return TestVerdict(False, f"observation {position} (site {exp[0]}): not the exception the test expects")
-        elif not (_close(obs[1], exp[1], *rule["approx"]) if "approx" in rule else obs[1] == exp[1]):
+        elif not (_close(obs[1], exp[1], *rule["approx"]) if "approx" in rule else same_value(obs[1], exp[1], classes)):
             return TestVerdict(False, f"observation {position} (site {exp[0]}) differs")
     return TestVerdict(True, "observations equal the gold's")
+
+
+def holds(rule: dict[str, Any], got: Any, classes: Classes | None = None) -> bool:
+    """A membership test decided here, on the decoded observation: ``member_of`` (the observed value
+    is in the test's container, by the values' own ``==``) or ``contains`` (the test's value is in
+    the observed builtin container or string); ``negate`` for ``not in``."""
+    try:
+        if "member_of" in rule:
+            value, container = _decoded(got, classes or {}), _decoded(rule["member_of"], classes or {})
+        else:
+            value, container = _decoded(rule["contains"], classes or {}), _decoded(got, classes or {})
+        found = value in container
+    except (TypeError, ValueError, ArithmeticError, RecursionError, IndexError, KeyError):
+        return False
+    return found != bool(rule.get("negate"))
+
+
+def holds_as_expected(got: Any, want: list, classes: Classes | None = None) -> bool:
+    """A membership the gold's recording evaluated for this case: ``["contains" | "member_of",
+    encoded value, negate]`` (an operand the test computes from its parameters)."""
+    return len(want) == 3 and holds({want[0]: want[1], "negate": want[2]}, got, classes)
 
 
 def raised_as_expected(got: Any, want: list) -> bool:
@@ -128,3 +164,87 @@ def _close(got: Any, want: Any, rel: float, abs_: float) -> bool:
         return isinstance(got, list) and len(got) == len(want) and \
             all(_close(g, w, rel, abs_) for g, w in zip(got, want, strict=True))
     return got == want
+
+
+def same_value(got: Any, want: Any, classes: Classes | None = None) -> bool:
+    """Whether two encodings hold values the test's ``==`` finds equal: numbers by value (``1 ==
+    1.0 == Decimal(1)``, ``True == 1``), containers element by element as Python compares them
+    (a list never equals a tuple), a project object by the attributes its gold class's ``__eq__``
+    compares (``classes``; every attribute where the class is not listed). The values are decoded
+    into builtin ones here; nothing submitted is involved. Anything not decodable compares exactly."""
+    if got == want:
+        return True
+    try:
+        return bool(_decoded(got, classes or {}, True) == _decoded(want, classes or {}))
+    except (TypeError, ValueError, ArithmeticError, RecursionError, IndexError, KeyError):
+        return False
+
+
+class _Exact:
+    """An encoding compared as it is (enums, exceptions, classes, opaque and cut values)."""
+
+    def __init__(self, encoding: Any) -> None:
+        self.key = json.dumps(encoding, sort_keys=True)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Exact) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+class _Object:
+    """A project object: equal to another of the same class when the compared attributes are --
+    those its gold class's ``__eq__`` reads, else every attribute the gold's object has (one the
+    observed object has besides, such as a cache, is not the gold's business)."""
+
+    def __init__(self, name: str, attrs: dict[str, Any], classes: Classes, observed: bool) -> None:
+        self.name, self.attrs, self.fields, self.observed = name, attrs, classes.get(name), observed
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Object) or other.name != self.name:
+            return False
+        if self.fields is not None:
+            return all(self.attrs.get(f, _MISSING) == other.attrs.get(f, _MISSING) for f in self.fields)
+        got, want = (other, self) if other.observed and not self.observed else (self, other)
+        return all(got.attrs.get(k, _MISSING) == v for k, v in want.attrs.items())
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+_MISSING = _Exact(["missing"])
+_SCALARS: dict[str, Any] = {
+    "None": lambda e: None, "bool": lambda e: bool(e[1]), "int": lambda e: int(e[1]), "float": lambda e: float(e[1]),
+    "complex": lambda e: complex(float(e[1]), float(e[2])), "str": lambda e: str(e[1]),
+    "bytes": lambda e: bytes.fromhex(e[1]), "bytearray": lambda e: bytearray.fromhex(e[1]),
+    "Decimal": lambda e: decimal.Decimal(e[1]), "Fraction": lambda e: fractions.Fraction(int(e[1]), int(e[2])),
+    "date": lambda e: datetime.date.fromisoformat(e[1]),
+    "timedelta": lambda e: datetime.timedelta(e[1], e[2], e[3]), "range": lambda e: range(e[1], e[2], e[3]),
+}
+
+
+def _decoded(enc: Any, classes: Classes, observed: bool = False) -> Any:
+    """The builtin value an encoding stands for (``observed``: the submission's side)."""
+    if not (isinstance(enc, list) and enc and isinstance(enc[0], str)):
+        raise ValueError("not an encoding")
+    kind = enc[0]
+    if kind in _SCALARS:
+        return _SCALARS[kind](enc)
+    if kind in ("datetime", "time") and len(enc) == 2:
+        return getattr(datetime, kind).fromisoformat(enc[1])
+    if kind in ("list", "tuple"):
+        items = [_decoded(v, classes, observed) for v in enc[1]]
+        return items if kind == "list" else tuple(items)
+    if kind in ("set", "frozenset"):
+        members = (_decoded(v, classes, observed) for v in enc[1])
+        return frozenset(members) if kind == "frozenset" else set(members)
+    if kind == "dict":
+        return {_decoded(k, classes, observed): _decoded(v, classes, observed) for k, v in enc[1]}
+    if kind == "object" and len(enc) == 3:
+        attrs = dict(enc[2])
+        base = [k for k in attrs if k.startswith("(") and k.endswith(")")]
+        if base and enc[1] not in classes:  # a namedtuple, an OrderedDict: compared as the builtin's
+            return _decoded(attrs[base[0]], classes, observed)  # own data (its methods never ran)
+        return _Object(enc[1], {k: _decoded(v, classes, observed) for k, v in attrs.items()}, classes, observed)
+    return _Exact(enc)

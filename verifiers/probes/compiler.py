@@ -12,10 +12,14 @@ in the trusted process with the observations of the gold sources (:mod:`.compare
 * ``assert actual == pytest.approx(v, rel=r, abs=a)`` observes ``actual`` at a site whose tolerance
   is kept in the trusted site table, never in the probe.
 * a comparison of hashes or ids (which differ between processes) observes its result;
-* any other comparison (``in``, ``<``, ``!=``, ...) observes each operand that is not plain data,
-  and its own result: its plain operands are inputs and bounds, and the project's ``__contains__``
-  or ``__lt__`` may be what is broken;
-  ``assert e`` (no comparison) observes ``e``; ``assert not e`` observes ``e``. Messages are dropped.
+* ``x in PLAIN`` and ``PLAIN in str(...)`` observe the live side and keep the plain one as a
+  trusted site rule; any other comparison (``in``, ``<``, ``!=``, ...) observes each operand that
+  is not plain data, and its own result: its plain operands are inputs and bounds, and the
+  project's ``__contains__`` or ``__lt__`` may be what is broken;
+  ``assert e`` (no comparison) observes ``e``; ``assert not e`` observes ``e``; ``and``, ``or``,
+  ``all``/``any`` and chained comparisons are observed operand by operand (:mod:`.assertions`,
+  which holds these rules). Messages are dropped. A constant the test used only as an expected
+  value and still in a probe is a leak (``Probe.leaks``): recording the gold refuses it.
 * ``with pytest.raises(E, match=M) as info:`` becomes ``with raises(site, message=True) as info:``:
   the names of the exception's classes (and, where the test had ``match=``, its text) are observed.
   ``E`` and ``M`` stay on the trusted side (``Probe.raising``): evaluated on the gold when it is
@@ -35,19 +39,19 @@ from __future__ import annotations
 import ast
 import copy
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from envhub import safe_ast
 
+from .assertions import AssertionCompiler, constants_of, leaked_constants
 from .segments import (
     assigned_names,
     group_sites,
-    is_observe,
     keep_sites,
     loaded_names,
     prune_module,
-    site_of,
     unsplittable,
 )
 
@@ -56,7 +60,6 @@ PURE_BUILTINS = frozenset({
     "abs", "bool", "bytes", "chr", "complex", "dict", "enumerate", "float", "frozenset", "int", "len", "list",
     "max", "min", "ord", "range", "reversed", "round", "set", "sorted", "str", "sum", "tuple", "zip",
 })
-PYTEST_APPROX_DEFAULTS = (1e-6, 1e-12)
 SEGMENT_MARK = "__envhub_segment_"
 
 
@@ -86,6 +89,9 @@ class Probe:
     raising: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: the compiled module body every probe module is cut from
     body: list[ast.stmt] = field(default_factory=list, repr=False, compare=False)
+    #: "function: value" for each constant a probe still holds that its test used only as an expected
+    #: value (``assertions.leaked_constants``): recording the gold refuses a suite with any
+    leaks: list[str] = field(default_factory=list)
 
     def module_for(self, functions: list[str]) -> str:
         """One module holding ``functions`` and exactly what they need (for a batch of them)."""
@@ -130,7 +136,7 @@ def compile_tests(path: str, source: str, unsegmented: frozenset[str] = frozense
         if any(isinstance(n, ast.Name) and n.id == "pytest" for n in ast.walk(safe_ast.parse(text))):
             raise ProbeCompileError(f"{path}: {name} still uses pytest after compiling")
     return Probe(path=path, modules=modules, sites=module.sites, tables=module.tables, segments=module.segmented,
-                 residual=module.residual, raising=module.raising, body=body)
+                 residual=module.residual, raising=module.raising, body=body, leaks=module.leaks)
 
 
 def _module_source(body: list[ast.stmt], functions: list[str]) -> str:
@@ -147,7 +153,7 @@ def _module_source(body: list[ast.stmt], functions: list[str]) -> str:
 
 # ---- the module: names, plain data, sites ---------------------------------------------------------
 
-class _Module:
+class _Module(AssertionCompiler):
     def __init__(self, path: str, tree: ast.Module, unsegmented: frozenset[str] = frozenset()):
         self.path = path
         self.unsegmented = unsegmented
@@ -155,6 +161,7 @@ class _Module:
         self.tables: dict[str, list[list[str]]] = {}
         self.segmented: dict[str, int] = {}
         self.residual: list[str] = []
+        self.leaks: list[str] = []
         self.raising: dict[int, dict[str, Any]] = {}
         self.function, self.local_imports = "", []
         self.constants: dict[str, ast.expr] = {}
@@ -240,8 +247,10 @@ class _Module:
         plain_params = {name for names, rows in tables for i, name in enumerate(names)
                         if all(self.plain(row[i], set()) for row in rows)} - escaping
         plain = plain_params | (_plain_locals(fn, self, plain_params) - escaping)
+        everywhere = Counter(constants_of(fn))  # before anything is dropped (the leak scan's baseline)
         self._dropped: dict[int, set[str]] = {}
         self._isolated: set[int] = set()
+        self._expected = Counter()
         self._locals = assigned_names(fn)
         fn.body = self._statements(fn.body, plain)
         data_names = table_names | self._locals | {a.arg for a in fn.args.args}
@@ -259,6 +268,11 @@ class _Module:
                 segment.name = f"{fn.name}{SEGMENT_MARK}{number}"
             keep_sites(segment, sites, set(self._dropped))
             out.append(self._finish(segment, tables, plain))
+        used = {n for f in out for n in loaded_names(f.body)}
+        for names, rows in tables:  # columns no segment kept held expected values only
+            self._expected.update(c for row in rows for i, cell in enumerate(row) if names[i] not in used
+                                  for c in constants_of(cell))
+        self.leaks += [f"{fn.name}: {value!r}" for value in leaked_constants(everywhere, self._expected, out)]
         return out
 
     def _finish(self, fn: ast.FunctionDef, tables: list[tuple[list[str], list[list[ast.expr]]]],
@@ -341,49 +355,6 @@ class _Module:
                                          [ast.keyword("message", ast.Constant(match is not None))])
         return item
 
-    def _observe(self, node: ast.expr, rule: dict[str, Any] | None = None) -> ast.stmt:
-        return ast.Expr(ast.Call(ast.Name("observe", ast.Load()), [node, self.site(rule)], []))
-
-    def _assert(self, test: ast.expr, plain: set[str]) -> list[ast.stmt]:
-        statements = self._observations(test, plain)
-        names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
-        for stmt in statements:
-            if is_observe(stmt):
-                site = site_of(stmt)
-                self._dropped[site] = set() if site in self._isolated else names - loaded_names([stmt])
-        return statements
-
-    def _observations(self, test: ast.expr, plain: set[str]) -> list[ast.stmt]:
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self._observations(test.operand, plain)
-        if not isinstance(test, ast.Compare):
-            return [] if self.plain(test, plain) else [self._observe(test)]
-        operands = [test.left, *test.comparators]
-        if any(_per_process(o) for o in operands):  # hashes and ids differ between processes by design
-            return [self._observe(test)]
-        if len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
-            left, right = operands
-            approx = _approx(right) or _approx(left)
-            if _approx(left) or (self.plain(left, plain) and not self.plain(right, plain)):
-                left, right = right, left
-            if self.plain(left, plain):
-                return []
-            if _mutates(right, self._locals):  # the test's own model (``reference.pop(k)``) must advance
-                return [self._observe(left, approx), ast.Expr(right)]
-            if approx or self.plain(right, plain) or isinstance(test.ops[0], ast.Is):
-                return [self._observe(left, approx)]
-            # both sides are the project's: its own ``__eq__`` is under test too, but that comparison
-            # runs in a segment of its own, so ``left`` is also observed where ``right`` never is
-            compared = self._observe(test)
-            self._isolated.add(site_of(compared))
-            return [self._observe(left), compared]
-        live = [o for o in operands if not self.plain(o, plain) and not _approx(o)]
-        if not live:
-            return []
-        # plain operands here are inputs and bounds (``x in s``, ``0 < n``), not expected values: the
-        # project's own ``__contains__`` / ``__lt__`` decide, so the comparison is observed too
-        return [*(self._observe(o) for o in live), self._observe(test)]
-
 
 # ---- helpers ---------------------------------------------------------------------------------------
 
@@ -396,23 +367,6 @@ def _decorator(fn: ast.FunctionDef, name: str) -> ast.expr | None:
 
 def _is_parametrize(deco: ast.expr) -> bool:
     return isinstance(deco, ast.Call) and ast.unparse(deco.func) == "pytest.mark.parametrize"
-
-
-def _per_process(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hash", "id")
-
-
-def _approx(node: ast.expr) -> dict[str, Any] | None:
-    if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.approx"):
-        return None
-    rel, abs_ = PYTEST_APPROX_DEFAULTS
-    for k in node.keywords:
-        value = safe_ast.literal_eval(k.value)
-        if k.arg == "rel":
-            rel = float(value)
-        elif k.arg == "abs":
-            abs_ = float(value)
-    return {"approx": [rel, abs_]}
 
 
 def _plain_locals(fn: ast.FunctionDef, module: _Module, plain_params: set[str]) -> set[str]:
@@ -470,13 +424,3 @@ def _drop_dead_stores(fn: ast.FunctionDef, module: _Module, plain: set[str]) -> 
                     setattr(parent, attr, [s for s in stmts if s not in dead] or [ast.Pass()])
 
 
-def _mutates(node: ast.expr, local_names: set[str]) -> bool:
-    """Whether ``node`` calls a method of one of the test's own locals."""
-    for call in ast.walk(node):
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
-            root = call.func.value
-            while isinstance(root, ast.Attribute | ast.Subscript):
-                root = root.value
-            if isinstance(root, ast.Name) and root.id in local_names:
-                return True
-    return False

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from envhub.sandboxes.base import ExecResult, Sandbox
+from envhub.verifiers.placement import place_files
 
 from .compare import TestVerdict, judge, read_report
 from .compiler import Probe, compile_tests
@@ -38,6 +41,37 @@ PYTHON_FLAGS = ("-s", "-P")
 RUNNER_ENV = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
 DEFAULT_PRELOAD = ("collections", "dataclasses", "datetime", "decimal", "enum", "fractions", "functools",
                    "heapq", "itertools", "json", "math", "re", "string", "typing")
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long grading may take, from the gold's measured time (``ProbeSuite.gold_s``), never from
+    the submission: each batch gets ``max(batch_floor_s, factor * gold)``; the whole run gets one
+    budget, ``max(total_floor_s, total_factor * sum of gold)`` (at most the sum of the batch
+    deadlines; a sum varies less than its parts), which the runner enforces on its batches; the
+    host's wall limit on the runner's process is that budget plus ``startup_s`` (interpreter start,
+    preloading, reading the probes, the last kill). A batch the gold was never timed in
+    (observations recorded before timings were) gets ``unmeasured_s``."""
+
+    factor: float = 20.0
+    total_factor: float = 10.0
+    batch_floor_s: float = 1.0
+    total_floor_s: float = 2.0
+    startup_s: float = 3.0
+    unmeasured_s: float = 20.0
+
+    def batch(self, gold: float | None) -> float:
+        return self.unmeasured_s if gold is None else max(self.batch_floor_s, self.factor * gold)
+
+    def total(self, golds: Iterable[float | None]) -> float:
+        golds = list(golds)
+        whole = sum(self.batch(g) for g in golds)
+        if any(g is None for g in golds):
+            return whole
+        return min(whole, max(self.total_floor_s, self.total_factor * sum(g for g in golds if g is not None)))
+
+
+DEADLINES = Deadlines()
 
 
 @lru_cache(maxsize=1)
@@ -78,6 +112,10 @@ class ProbeSuite:
     unsegmented: dict[str, list[str]] = field(default_factory=dict)
     #: test module -> probe functions that share a child (:mod:`.batching`); absent: one child each
     batches: dict[str, list[list[str]]] = field(default_factory=dict)
+    #: batch module (as ``batch_module`` places it) -> seconds the gold's batch ran when it was recorded
+    gold_s: dict[str, float] = field(default_factory=dict)
+    #: what each gold class's ``==`` compares (:func:`.equality.eq_fields`), for :func:`.compare.same_value`
+    classes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _batch_sources: dict[tuple[str, tuple[str, ...]], str] = field(default_factory=dict, repr=False, compare=False)
 
     def batch_of(self, path: str, function: str) -> tuple[str, ...]:
@@ -128,6 +166,9 @@ class ProbeRun:
     complete: bool = False
     anomalies: list[str] = field(default_factory=list)
     output_tail: str = ""
+    #: the wall limit the runner ran under, and the seconds it took (the host's clock)
+    limit_s: float = 0.0
+    duration_s: float = 0.0
 
     def passed(self, tests: list[str]) -> list[str]:
         return [t for t in tests if self.verdicts.get(t, TestVerdict(False, "")).passed]
@@ -140,13 +181,15 @@ class ProbeRun:
         return len(self.passed(tests)) == len(tests)
 
 
-def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float, paths: tuple[str, ...] = ("src",),
-         max_bytes: int = 4 * 1024 * 1024) -> tuple[dict[str, Any], dict[int, tuple[str, int]]]:
+def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float | None = None, paths: tuple[str, ...] = ("src",),
+         max_bytes: int = 4 * 1024 * 1024, deadlines: Deadlines = DEADLINES,
+         ) -> tuple[dict[str, Any], dict[int, tuple[str, int]]]:
     """The runner's plan for ``tests`` and the map from its opaque indices to (test id, segment).
 
     One batch per child: a probe function's parametrized cases, or the functions the suite groups
     (``ProbeSuite.batches``), in order. No test id goes into the plan: ids embed parametrize
-    values, expected ones included.
+    values, expected ones included. Each batch has its deadline and the run its budget (``budget_s``)
+    from the gold's times (:class:`Deadlines`), or ``timeout_s`` for every batch where it is given.
     """
     batches: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
     index_of: dict[int, tuple[str, int]] = {}
@@ -160,13 +203,24 @@ def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float, paths: tuple[
             batches.setdefault((probe_test.module, suite.batch_of(probe_test.module, function)), []).append(
                 {"index": index, "function": function,
                  "indices": {k: v for k, v in probe_test.indices.items() if k in bound}})
+    out = [{"module": f"{PROBE_DIR}/{suite.batch_module(path, batch)[0]}",
+            "tests": sorted(entries, key=lambda e: (batch.index(e["function"]), e["index"]))}
+           for (path, batch), entries in sorted(batches.items())]
+    golds = [None if timeout_s is not None else suite.gold_s.get(b["module"].removeprefix(f"{PROBE_DIR}/"))
+             for b in out]
+    for batch, gold in zip(out, golds, strict=True):
+        batch["timeout_s"] = timeout_s if timeout_s is not None else round(deadlines.batch(gold), 3)
+    budget = sum(b["timeout_s"] for b in out) if timeout_s is not None else deadlines.total(golds)
     return {
         "probe_dir": PROBE_DIR, "paths": list(paths), "preload": list(DEFAULT_PRELOAD),
-        "timeout_s": timeout_s, "max_bytes": max_bytes,
-        "batches": [{"module": f"{PROBE_DIR}/{suite.batch_module(path, batch)[0]}",
-                     "tests": sorted(entries, key=lambda e: (batch.index(e["function"]), e["index"]))}
-                    for (path, batch), entries in sorted(batches.items())],
+        "timeout_s": timeout_s or deadlines.unmeasured_s, "budget_s": round(max(budget, 0.001), 3),
+        "max_bytes": max_bytes, "batches": out,
     }, index_of
+
+
+def wall_limit(run_plan: dict[str, Any], deadlines: Deadlines = DEADLINES) -> float:
+    """The host's wall limit on the runner of ``run_plan``: its budget plus the startup margin."""
+    return run_plan["budget_s"] + deadlines.startup_s
 
 
 def probe_files(suite: ProbeSuite, run_plan: dict[str, Any]) -> dict[str, str]:
@@ -197,7 +251,7 @@ def verdicts_from_output(suite: ProbeSuite, index_of: dict[int, tuple[str, int]]
     run = ProbeRun(verdicts={}, complete=reported.done)
     for index, (test_id, segment) in index_of.items():
         rules = {str(k): v for k, v in suite.probes[suite.tests[test_id].module].sites.items()}
-        verdict = judge(reported, index, suite.expected[test_id][segment], rules)
+        verdict = judge(reported, index, suite.expected[test_id][segment], rules, suite.classes)
         if test_id not in run.verdicts or run.verdicts[test_id].passed:  # the first failing segment decides
             run.verdicts[test_id] = verdict
     if reported.duplicated:
@@ -208,25 +262,33 @@ def verdicts_from_output(suite: ProbeSuite, index_of: dict[int, tuple[str, int]]
 
 
 def run_probes(sandbox: Sandbox, suite: ProbeSuite, *, files: dict[str, str], tests: list[str],
-               timeout: float = 120.0, batch_timeout: float = 20.0) -> ProbeRun:
+               timeout: float | None = None, batch_timeout: float | None = None,
+               deadlines: Deadlines = DEADLINES) -> ProbeRun:
     """Write ``files`` (the submission) and the probes into ``sandbox``, run ``tests``, judge them.
 
     ``sandbox`` must be fresh: nothing an agent touched. Exceptions from the sandbox after the
-    submission started running are the submission's doing and come back as failed tests.
+    submission started running are the submission's doing and come back as failed tests. Batches
+    get their deadlines from the gold's times (``batch_timeout``: one fixed deadline instead); the
+    runner's process gets ``timeout``, by default :func:`wall_limit` of the plan -- past it (the
+    submission stopped or starved the runner) every test not yet reported fails.
     """
     missing = [t for t in tests if t not in suite.expected or t not in suite.tests]
     if missing:
         raise ValueError(f"no recorded observations for {len(missing)} tests, e.g. {missing[0]}")
-    run_plan, index_of = plan(suite, tests, timeout_s=batch_timeout)
-    sandbox.write_files({**files, **probe_files(suite, run_plan)})
+    run_plan, index_of = plan(suite, tests, timeout_s=batch_timeout, deadlines=deadlines)
+    limit = wall_limit(run_plan, deadlines) if timeout is None else timeout
+    place_files(sandbox, files, probe_files(suite, run_plan))  # SubmissionTooLarge: the submission's size
+    t0 = time.monotonic()
     try:
-        result: ExecResult = sandbox.exec(runner_command(), timeout=timeout, env=RUNNER_ENV, contain=True)
+        result: ExecResult = sandbox.exec(runner_command(), timeout=limit, env=RUNNER_ENV, contain=True)
     except Exception as exc:  # the submission brought the grading sandbox down
         run = verdicts_from_output(suite, index_of, "")
         run.anomalies.append(f"the grading run broke: {exc}")
+        run.limit_s, run.duration_s = limit, time.monotonic() - t0
         return run
     run = verdicts_from_output(suite, index_of, result.stdout)
     run.exit_code, run.timed_out = result.exit_code, result.timed_out
+    run.limit_s, run.duration_s = limit, time.monotonic() - t0
     run.output_tail = result.stderr[-2000:]
     if result.truncated:
         run.anomalies.append("the runner's output was cut at the sandbox's output limit")

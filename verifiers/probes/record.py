@@ -11,11 +11,13 @@ For a project (``src/`` plus a pytest ``tests/`` suite) this
    memory addresses would fail correct fixes) and every test must end ``ok``;
 3. returns the layout and the expectations -- the observations, where a ``pytest.raises`` site keeps
    the test's own predicate ``["raises", classes, pattern, flags]`` instead of what the gold raised
-   (which must satisfy it) -- to be stored where no sandbox can read them.
+   (which must satisfy it) -- to be stored where no sandbox can read them;
+4. times the gold's batches (``ProbeSuite.gold_s``), which grading's deadlines are made from.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from .batching import expected_values, group
-from .compare import raised_as_expected, read_report
+from .compare import holds_as_expected, raised_as_expected, read_report
 from .compiler import Probe
 from .grader import (
+    PROBE_DIR,
     RUNNER_ENV,
     ProbeRun,
     ProbeSuite,
@@ -43,18 +46,23 @@ _COLLECTOR = r'''
 import json, re, sys
 import pytest
 from envhub.verifiers.probes.excinfo import qualname
+from envhub.verifiers.probes.runtime import encode
 
-RAISING = json.loads(sys.stdin.read())  # test module -> test function -> [[site, imports, classes, match], ...]
+RAISING = json.loads(sys.stdin.read())  # test module -> test function -> [[site, imports, spec], ...]
 
 def raising(item, path):
     """What each pytest.raises of the test expects, evaluated as pytest would: in its module, with its
-    case's parameters and the imports the test function makes."""
+    case's parameters and the imports the test function makes (and so each computed `in` operand)."""
     spec = getattr(item, "callspec", None)
     out = {}
-    for site, imports, classes, match in RAISING.get(path, {}).get(item.originalname, []):
+    for site, imports, site_spec in RAISING.get(path, {}).get(item.originalname, []):
         scope = {**vars(item.module), **(spec.params if spec else {})}
         for statement in imports:
             exec(statement, scope)
+        if "membership" in site_spec:
+            out[str(site)] = [site_spec["membership"], encode(eval(site_spec["value"], scope)), site_spec["negate"]]
+            continue
+        classes, match = site_spec["classes"], site_spec["match"]
         value = eval(classes, scope)
         value = value if isinstance(value, tuple) else (value,)
         if not value or not all(isinstance(c, type) and issubclass(c, BaseException) for c in value):
@@ -99,8 +107,7 @@ def collect_layout(project_root: Path, probes: dict[str, Probe]) -> tuple[dict[s
     wanted: dict[str, dict[str, list]] = {}
     for path, probe in probes.items():
         for site, spec in sorted(probe.raising.items()):
-            wanted.setdefault(path, {}).setdefault(spec["function"], []).append(
-                [site, spec["imports"], spec["classes"], spec["match"]])
+            wanted.setdefault(path, {}).setdefault(spec["function"], []).append([site, spec["imports"], spec])
     proc = subprocess.run([sys.executable, "-c", _COLLECTOR], cwd=project_root, env=env, capture_output=True,
                           input=json.dumps(wanted), text=True, timeout=120)
     if proc.returncode != 0 or "@@ENVHUB@@" not in proc.stdout:
@@ -116,9 +123,11 @@ def collect_layout(project_root: Path, probes: dict[str, Probe]) -> tuple[dict[s
     return layout, raising
 
 
-def _host_stdout(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str,
-                 timeout: float) -> tuple[str, dict[int, tuple[str, int]]]:
+def _host_stdout(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str, timeout: float,
+                 stats: list[tuple[str, float]] | None = None) -> tuple[str, dict[int, tuple[str, int]]]:
+    """The runner's stdout on the host and its index map; ``stats`` gets (batch module, seconds) per batch."""
     run_plan, index_of = plan(suite, tests, timeout_s=60.0)
+    run_plan["stats"] = stats is not None
     root = Path(tempfile.mkdtemp(prefix="envhub-record-"))
     try:
         for rel, text in {**sources, **probe_files(suite, run_plan)}.items():
@@ -131,7 +140,24 @@ def _host_stdout(suite: ProbeSuite, sources: dict[str, str], tests: list[str], p
         shutil.rmtree(root, ignore_errors=True)
     if not read_report(proc.stdout, set(index_of)).done:
         raise RecordError(f"the runner did not finish (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    for line in proc.stderr.splitlines() if stats is not None else ():
+        with contextlib.suppress(ValueError, KeyError, TypeError, IndexError):
+            record = json.loads(line)
+            stats.append((run_plan["batches"][record["batch"]]["module"].removeprefix(f"{PROBE_DIR}/"),
+                          float(record["run_s"])))
     return proc.stdout, index_of
+
+
+def gold_times(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str = sys.executable,
+               runs: int = 2) -> dict[str, float]:
+    """Seconds the gold takes in each batch of ``suite`` (the slowest of ``runs`` runs), by batch module."""
+    stats: list[tuple[str, float]] = []
+    for _ in range(runs):
+        _host_stdout(suite, sources, tests, python, 600.0, stats)
+    out: dict[str, float] = {}
+    for module, seconds in stats:
+        out[module] = max(out.get(module, 0.0), round(seconds, 4))
+    return dict(sorted(out.items()))
 
 
 def run_on_host(suite: ProbeSuite, sources: dict[str, str], tests: list[str], python: str = sys.executable,
@@ -193,6 +219,7 @@ def record_project(project_root: Path, sources: dict[str, str], tests: dict[str,
     else:
         raise RecordError(f"{project_root.name}: observations differ between two gold runs: {moved[:5]}")
     suite.expected = expected
+    suite.gold_s = gold_times(suite, sources, ids)
     return suite
 
 
@@ -207,9 +234,12 @@ def _expectations(project: str, observed: dict[str, list[dict[str, Any]]],
             observations = []
             for site, value in segment["observations"]:
                 want = raising.get(test_id, {}).get(str(site))
-                if want is not None and not raised_as_expected(value, want):
+                if want is not None and want[0] == "raises" and not raised_as_expected(value, want):
                     raise RecordError(f"{project}: {test_id}: what the gold raised at site {site} is not what "
                                       f"pytest.raises expects there: {str(value)[:300]} vs {want}")
+                if want is not None and want[0] != "raises" and not holds_as_expected(value, want):
+                    raise RecordError(f"{project}: {test_id}: the gold fails its own `in` at site {site}: "
+                                      f"{str(value)[:300]} vs {str(want)[:300]}")
                 observations.append([site, value if want is None else want])
             out[test_id].append({"status": "ok", "observations": observations})
     return out

@@ -19,7 +19,9 @@ Statuses: frames come in test order. A frame for an ended test (or a second end)
 ``"late"``; a frame for a later test makes that test ``"malformed"``; an undecodable frame (or JSON
 deeper than MAX_JSON_DEPTH) the current test, a length over ``max_bytes`` the current and all later
 ones. A batch that ends early (``"timeout"``, ``"flood"``, ``"crashed"``) gives that status to every
-test not yet ended. Without ``prctl`` (no subreaper) an orphan that also left the group escapes.
+test not yet ended. Each batch has its deadline (``timeout_s``) inside one ``budget_s`` for the run;
+once that is spent, later batches run nothing (``"timeout"``). A SIGSTOPped runner is the host's to end.
+Without ``prctl`` (no subreaper) an orphan that also left the group escapes.
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ def load_plan(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
             plan = json.load(fh)
-        timeout, cap = plan.get("timeout_s", 10.0), plan.get("max_bytes", 1048576)
-        batches = [{"module": os.path.abspath(b["module"]), "tests": list(b["tests"])} for b in plan["batches"]]
+        timeout, cap, budget = plan.get("timeout_s", 10.0), plan.get("max_bytes", 1048576), plan.get("budget_s", 86400)
+        batches = [{"module": os.path.abspath(b["module"]), "tests": list(b["tests"]),
+                    "timeout_s": b.get("timeout_s", timeout)} for b in plan["batches"]]
         seen: set[int] = set()
         for test in (t for b in batches for t in b["tests"]):
             test.setdefault("indices", {})
@@ -68,11 +71,12 @@ def load_plan(path: str) -> dict[str, Any]:
                 raise ValueError(f"test index {test['index']} appears twice" if test["index"] in seen
                                  else "a test needs an integer index and a function name")
             seen.add(test["index"])
-        if not (type(timeout) in (int, float) and 0 < timeout < 86400 and type(cap) is int and cap > 0):
-            raise ValueError("timeout_s and max_bytes must be positive numbers")
-        return {"probe_dir": os.path.abspath(plan["probe_dir"]), "paths": [os.path.abspath(p) for p in plan.get("paths", [])],
-                "preload": list(plan.get("preload", [])), "timeout_s": float(timeout), "max_bytes": cap,
-                "batches": batches, "stats": bool(plan.get("stats"))}
+        numbers = [timeout, budget, *(b["timeout_s"] for b in batches)]
+        if not (all(type(t) in (int, float) and 0 < t <= 86400 for t in numbers) and type(cap) is int and cap > 0):
+            raise ValueError("timeout_s, budget_s and max_bytes must be positive numbers")
+        return {"probe_dir": os.path.abspath(plan["probe_dir"]), "batches": batches, "stats": bool(plan.get("stats")),
+                "paths": [os.path.abspath(p) for p in plan.get("paths", [])], "preload": list(plan.get("preload", [])),
+                "timeout_s": float(timeout), "budget_s": float(budget), "max_bytes": cap}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise PlanError(f"cannot use the plan {path}: {exc!r}") from exc
 
@@ -122,6 +126,7 @@ class Runner:
         return module
 
     def run(self) -> None:
+        self.end = time.monotonic() + self.plan["budget_s"]  # one budget for every batch of the run
         for number, batch in enumerate(self.plan["batches"]):
             try:
                 records = self.run_batch(batch, number)
@@ -139,7 +144,10 @@ class Runner:
 
     def run_batch(self, batch: dict[str, Any], number: int) -> list[dict[str, Any]]:
         tests, t0, cpu0 = batch["tests"], time.monotonic(), _cpu()
-        deadline = t0 + self.plan["timeout_s"]
+        if t0 >= self.end:  # the budget is spent: the rest fails unrun (a stalled batch cannot delay it)
+            return [_record(t["index"], "timeout", f"not run: {self._cause_detail('budget', None, batch)[1]}")
+                    for t in tests]
+        deadline = min(t0 + batch["timeout_s"], self.end)
         sys.stdout.flush()  # nothing buffered may be inherited by the child
         sys.stderr.flush()
         read_fd, write_fd = os.pipe()
@@ -169,7 +177,8 @@ class Runner:
         if not clean:
             return [_record(t["index"], "crashed", f"processes of the batch survived SIGKILL for {KILL_GRACE_S}s")
                     for t in tests]
-        return judge(tests, data, self._cause_detail(cause, status), self.plan["max_bytes"])
+        cause = "budget" if cause == "timeout" and deadline == self.end else cause
+        return judge(tests, data, self._cause_detail(cause, status, batch), self.plan["max_bytes"])
 
     def _fork(self) -> int:
         for attempt in range(20):  # EAGAIN: the pids limit, still full of a fork bomb's remains
@@ -266,9 +275,10 @@ class Runner:
                 return reaped, False
             reaped[pid] = status
 
-    def _cause_detail(self, cause: str, status: int | None) -> tuple[str, str]:
-        if cause == "timeout":
-            return "timeout", f"the batch ran past its {self.plan['timeout_s']:g}s limit"
+    def _cause_detail(self, cause: str, status: int | None, batch: dict[str, Any]) -> tuple[str, str]:
+        if cause in ("timeout", "budget"):
+            return "timeout", (f"the batch ran past its {batch['timeout_s']:g}s limit" if cause == "timeout" else
+                               f"the run's grading budget of {self.plan['budget_s']:g}s was spent")
         if cause == "flood":
             return "flood", f"the batch sent more than {self.plan['max_bytes']} bytes of frames"
         how = (f"exited with code {os.WEXITSTATUS(status)}" if status is not None and os.WIFEXITED(status) else
@@ -458,7 +468,7 @@ def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pra
             os.dup2(null, fd)
         os.closerange(3, write_fd)
         os.closerange(write_fd + 1, MAX_FD)
-        cpu = int(runner.plan["timeout_s"]) + 1
+        cpu = int(batch["timeout_s"]) + 1
         with contextlib.suppress(ValueError, OSError):
             hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
             soft = cpu if hard == resource.RLIM_INFINITY else min(cpu, hard)

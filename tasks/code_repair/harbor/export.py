@@ -130,6 +130,7 @@ def export_instance(inst: Instance, prompt: str, dest: Path, *, base_image: str 
             "expected": {t: suite.expected[t] for t in inst.expected_tests},
             "rules": {t: {str(k): v for k, v in suite.probes[suite.tests[t].module].sites.items()}
                       for t in inst.expected_tests},
+            "classes": {name: list(fields) for name, fields in suite.classes.items()},
         }))
         expected.chmod(0o600)
         (tests / "test.sh").write_text(TEST_SH)

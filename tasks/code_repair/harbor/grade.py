@@ -127,8 +127,9 @@ def main():
     index = {int(i): (t, seg) for i, (t, seg) in spec["index"].items()}
     reported = compare.read_report(stdout, set(index))
     bad = []
+    classes = {name: tuple(fields) for name, fields in spec.get("classes", {}).items()}
     for i, (test, segment) in sorted(index.items()):
-        verdict = compare.judge(reported, i, spec["expected"][test][segment], spec["rules"][test])
+        verdict = compare.judge(reported, i, spec["expected"][test][segment], spec["rules"][test], classes)
         if not verdict.passed and test not in bad:
             bad.append(test)
     if bad:

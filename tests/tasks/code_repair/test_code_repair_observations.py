@@ -27,9 +27,28 @@ def test_every_project_has_fresh_observations_for_every_test() -> None:
         assert all(seg["status"] == "ok" for segments in suite.expected.values() for seg in segments)
 
 
+def _untimed(records: dict) -> dict:
+    """A project's record without the gold's batch times (measured, so never reproduced exactly)."""
+    return {key: value for key, value in records.items() if key != "gold_s"}
+
+
 @pytest.mark.slow
 def test_the_gold_reproduces_the_recorded_observations() -> None:
-    assert record(PROJECTS) == {p: _stored()[p] for p in PROJECTS}
+    assert {p: _untimed(r) for p, r in record(PROJECTS).items()} == {p: _untimed(_stored()[p]) for p in PROJECTS}
+
+
+def test_every_batch_of_the_gold_was_timed() -> None:
+    """Grading deadlines come from the gold's time in each batch: every batch a plan can hold has one."""
+    from envhub.verifiers.probes.grader import DEADLINES, PROBE_DIR, plan
+
+    for project in PROJECTS:
+        suite = project_suite(project)
+        run_plan, _ = plan(suite, sorted(suite.tests))
+        modules = [b["module"].removeprefix(f"{PROBE_DIR}/") for b in run_plan["batches"]]
+        assert set(modules) <= set(suite.gold_s), (project, sorted(set(modules) - set(suite.gold_s))[:3])
+        assert all(0 < suite.gold_s[m] < 1.0 for m in modules), project
+        assert all(b["timeout_s"] < DEADLINES.unmeasured_s for b in run_plan["batches"]), project
+        assert run_plan["budget_s"] <= sum(b["timeout_s"] for b in run_plan["batches"])
 
 
 @pytest.mark.slow
