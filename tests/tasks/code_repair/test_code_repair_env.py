@@ -278,7 +278,7 @@ def test_manifest_has_300_validated_instances_split_by_project(env):
 def test_verify_command_over_every_project_and_difficulty_exits_zero(env, tmp_path):
     """`envhub verify` with every case on one instance of each (project, difficulty) of every
     split: about a fifth of the manifest and every project in it. The whole manifest
-    (`--split all --limit 0`, about 12 minutes on 2 cores) is the release check in docs/code-repair.md."""
+    (`--split all --limit 0`, about 8 minutes on 2 cores) is the release check in docs/code-repair.md."""
     chosen: dict[tuple[str, int], str] = {}
     for inst in env.tasks.manifest.instances:
         chosen.setdefault((inst.project, inst.difficulty), inst.instance_id)
