@@ -568,30 +568,12 @@ class Executor:
         procs.kill_call(proc.pid, since, self.reap)
 
     def oom_count(self) -> int:
-        for path in OOM_COUNTER_FILES:
-            try:
-                with open(path) as fh:
-                    for line in fh:
-                        key, _, value = line.partition(" ")
-                        if key == "oom_kill":
-                            return int(value)
-            except (OSError, ValueError):
-                continue
-        return 0
+        return _stat_value(OOM_COUNTER_FILES, "oom_kill")
 
     def shmem_bytes(self) -> int:
         """Memory of the sandbox's cgroup that no process holds alone -- files in its tmpfs dirs, SysV
         segments, memfds (``shmem`` of memory.stat) -- which killing processes does not free."""
-        for path in MEMORY_STAT_FILES:
-            try:
-                with open(path) as fh:
-                    for line in fh:
-                        key, _, value = line.partition(" ")
-                        if key == "shmem":
-                            return int(value)
-            except (OSError, ValueError):
-                continue
-        return 0
+        return _stat_value(MEMORY_STAT_FILES, "shmem")
 
     def reap(self) -> None:
         """Collect exited children and orphans (as PID 1 every orphan becomes ours)."""
@@ -641,6 +623,20 @@ class Executor:
                 self.groups.discard(pgid)
         self.reap()
         return killed
+
+
+def _stat_value(paths, wanted: str) -> int:
+    """The value of the ``wanted`` line of the first readable ``key value`` file of ``paths``, else 0."""
+    for path in paths:
+        try:
+            with open(path) as fh:
+                for line in fh:
+                    key, _, value = line.partition(" ")
+                    if key == wanted:
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 def main() -> None:

@@ -6,9 +6,9 @@ never ``env_error`` or ``verifier_error``."""
 import os
 
 import pytest
-from sandbox_fixtures import backend_params, require_backend
+from played import tool
+from sandbox_fixtures import require_backend
 
-import envhub
 from envhub.parsing import format_tool_call
 from envhub.tasks.code_repair.workspace import project_sources
 from envhub.types import Outcome
@@ -17,26 +17,6 @@ ENV = "envhub/CodeRepair-v0"
 #: The host reads the agent's files with root's privileges only when it is root (CI, these machines).
 PRIVILEGED = os.geteuid() == 0
 DEEP = "/".join(["d"] * 1500)
-
-
-@pytest.fixture(scope="module", params=backend_params("docker", "bwrap"))
-def env(request):
-    require_backend(request.param)
-    e = envhub.make(ENV, split="train", sandbox=request.param)
-    yield e
-    e.close()
-
-
-@pytest.fixture(scope="module")
-def inst(env):
-    return env.tasks.instance(env.tasks.task_ids("train")[0])
-
-
-def tool(env, name: str, **arguments: object) -> str:
-    """One tool call; the episode must go on after it."""
-    obs = env.step(format_tool_call(name, arguments))
-    assert not obs.done, (name, arguments, obs.outcome, obs.verdict and obs.verdict.detail)
-    return obs.messages[-1].content
 
 
 def submit(env):

@@ -9,7 +9,7 @@ import errno
 import textwrap
 
 import pytest
-from sandbox_fixtures import backend_params, require_backend
+from played import tool
 
 import envhub
 from envhub.parsing import format_tool_call
@@ -55,26 +55,6 @@ MEMFD = textwrap.dedent("""\
 #: With a 40 MB file in /work, this much pinned leaves the 512 MiB agent sandbox no room for the
 #: executor to read that file (its data, base64 and JSON: about 150 MB).
 PIN_MIB = 440
-
-
-@pytest.fixture(scope="module", params=backend_params("docker", "bwrap"))
-def env(request):
-    require_backend(request.param)
-    e = envhub.make(ENV, split="train", sandbox=request.param)
-    yield e
-    e.close()
-
-
-@pytest.fixture(scope="module")
-def inst(env):
-    return env.tasks.instance(env.tasks.task_ids("train")[0])
-
-
-def tool(env, name: str, **arguments: object) -> str:
-    """One tool call; the episode must go on after it."""
-    obs = env.step(format_tool_call(name, arguments))
-    assert not obs.done, (name, obs.outcome, obs.verdict and obs.verdict.detail)
-    return obs.messages[-1].content
 
 
 def submit(env):
