@@ -184,6 +184,16 @@ def test_values_compare_as_the_tests_own_equality() -> None:
     assert holds({"contains": encode("frag")}, encode("a frag here"))
     assert not holds({"contains": encode("frag")}, encode(["opaque", "x.Y"]))
 
+    class Everything:
+        def __eq__(self, other: object) -> bool:
+            return True
+
+    # `x not in (...)`: an object is no non-member by itself (pytest would ask its __eq__), only as the gold's
+    absent = {"member_of": encode(("FAILED",)), "negate": True}
+    assert holds(absent, encode("OK")) and not holds(absent, encode("FAILED"))
+    assert not holds(absent, encode(Everything()), gold=encode("OK"))
+    assert holds(absent, encode(Everything()), gold=encode(Everything()))
+
 
 def test_eq_fields_reads_what_each_class_compares() -> None:
     source = textwrap.dedent('''

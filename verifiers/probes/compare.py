@@ -98,7 +98,7 @@ def judge(reported: Reported, index: int, expected: dict[str, Any], rules: dict[
             return TestVerdict(False, f"observation {position} is not from the expected site")
         rule = rules.get(str(exp[0]), {})
         if "member_of" in rule or "contains" in rule or (isinstance(exp[1], list) and exp[1][:1] in MEMBERSHIP):
-            if not (holds(rule, obs[1], classes) if exp[1][:1] not in MEMBERSHIP
+            if not (holds(rule, obs[1], classes, exp[1]) if exp[1][:1] not in MEMBERSHIP
                     else holds_as_expected(obs[1], exp[1], classes)):
                 return TestVerdict(False, f"observation {position} (site {exp[0]}): the test's `in` does not hold")
         elif isinstance(exp[1], list) and exp[1][:1] == ["raises"]:
@@ -109,13 +109,17 @@ def judge(reported: Reported, index: int, expected: dict[str, Any], rules: dict[
     return TestVerdict(True, "observations equal the gold's")
 
 
-def holds(rule: dict[str, Any], got: Any, classes: Classes | None = None) -> bool:
+def holds(rule: dict[str, Any], got: Any, classes: Classes | None = None, gold: Any = None) -> bool:
     """A membership test decided here, on the decoded observation: ``member_of`` (the observed value
     is in the test's container, by the values' own ``==``) or ``contains`` (the test's value is in
-    the observed builtin container or string); ``negate`` for ``not in``."""
+    the observed builtin container or string); ``negate`` for ``not in``. An object (not a builtin
+    value) is never *not* a member by that alone -- under pytest its own ``__eq__`` would decide,
+    and one equal to everything would fail -- so it must then equal the ``gold``'s observation."""
     try:
         if "member_of" in rule:
-            value, container = _decoded(got, classes or {}), _decoded(rule["member_of"], classes or {})
+            value, container = _decoded(got, classes or {}, True), _decoded(rule["member_of"], classes or {})
+            if rule.get("negate") and isinstance(value, _Object | _Exact):
+                return gold is not None and same_value(got, gold, classes)
         else:
             value, container = _decoded(rule["contains"], classes or {}), _decoded(got, classes or {})
         found = value in container
