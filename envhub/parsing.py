@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from envhub.types import Action, ToolCall
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: How deep a call's arguments may nest (dicts and lists); deeper cannot be stored as a record.
@@ -162,8 +163,42 @@ class DefaultParser:
         return result
 
 
+class AnswerTagParser:
+    """Tool calls as the default parser reads them; text without one may give its final answer as
+    ``<answer>...</answer>``, which is a call of the terminal tool ``answer``.
+
+    For models that answer in prose without calling tools (an untrained small model, a
+    reasoning-gym style prompt). Exactly one tag: two answers are a hedge, not an answer.
+    """
+
+    tool = "answer"
+
+    def __init__(self) -> None:
+        self.tools = DefaultParser()
+
+    def parse(self, text: str) -> ParseResult:
+        if "<tool_call>" in text:
+            return self.tools.parse(text)
+        answers = _ANSWER.findall(text)
+        if len(answers) == 1:
+            return ParseResult(calls=[clean_call(ToolCall(name=self.tool, arguments={"answer": answers[0].strip()}))])
+        if answers:
+            return ParseResult(error=f"{len(answers)} <answer> blocks found: give exactly one final answer")
+        return ParseResult(error="no final answer found. Write it as <answer>...</answer>, or call a tool as "
+                                 f"{TOOL_CALL_EXAMPLE}")
+
+
+def answer_syntax(parser: ToolCallParser, placeholder: str = "...") -> str:
+    """How a final answer is written under ``parser``, for system prompts: an ``<answer>`` tag where
+    the parser reads one, else a call of the ``answer`` tool."""
+    if isinstance(parser, AnswerTagParser):
+        return f"<answer>{placeholder}</answer>"
+    return format_tool_call("answer", {"answer": placeholder})
+
+
 PARSERS: dict[str, type[ToolCallParser]] = {
     "default": DefaultParser,
+    "answer_tag": AnswerTagParser,
     "hermes": HermesParser,
     "json": JsonParser,
 }

@@ -174,6 +174,7 @@ class TrainingRun:
         steps.jsonl             one line per GRPO step
         evals.jsonl             one line per validation eval (keyed by its tag)
         summary.json            the summary of a finished run
+        sft.json                the SFT stage: examples, seconds, each step's loss and token entropy
         rollouts/step-000001/   each step's training episodes, a :class:`Run` (one
                                 ``trajectories.rankR.jsonl`` per process when distributed)
         eval/TAG/               each validation eval's episodes, a :class:`Run`
@@ -183,7 +184,7 @@ class TrainingRun:
         tensorboard/            TensorBoard event files (``tensorboard: true``)
     """
 
-    CONFIG, STEPS, EVALS, SUMMARY = "config.json", "steps.jsonl", "evals.jsonl", "summary.json"
+    CONFIG, STEPS, EVALS, SUMMARY, SFT = "config.json", "steps.jsonl", "evals.jsonl", "summary.json", "sft.json"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -211,6 +212,14 @@ class TrainingRun:
     @property
     def summary_path(self) -> Path:
         return self.path / self.SUMMARY
+
+    @property
+    def sft_path(self) -> Path:
+        return self.path / self.SFT
+
+    def sft(self) -> dict[str, Any] | None:
+        """The SFT stage's record (``sft.json``: examples, seconds, the loss and entropy curve), if any."""
+        return json.loads(self.sft_path.read_text(encoding="utf-8")) if self.sft_path.exists() else None
 
     @property
     def rollouts_dir(self) -> Path:
@@ -261,10 +270,15 @@ class TrainingRun:
         """The rows of ``evals.jsonl`` (none when there is no such file)."""
         return list(read_jsonl(self.evals_path)) if self.evals_path.exists() else []
 
-    def keep_steps_upto(self, step: int) -> None:
-        """Drop the lines of ``steps.jsonl`` after ``step`` (a resumed run trains them again)."""
-        kept = [r for r in read_jsonl(self.steps_path) if r["step"] <= step] if self.steps_path.exists() else []
-        write_text_atomic(self.steps_path, "".join(json.dumps(r) + "\n" for r in kept))
+    def steps(self) -> list[dict[str, Any]]:
+        """The rows of ``steps.jsonl`` (none when there is no such file)."""
+        return list(read_jsonl(self.steps_path)) if self.steps_path.exists() else []
+
+    def keep_steps_upto(self, step: int) -> list[dict[str, Any]]:
+        """Drop the lines of ``steps.jsonl`` after ``step`` (a resumed run trains them again); returns them."""
+        rows = self.steps()
+        write_text_atomic(self.steps_path, "".join(json.dumps(r) + "\n" for r in rows if r["step"] <= step))
+        return [r for r in rows if r["step"] > step]
 
 
 __all__ = ["IDENTITY", "REPORT", "TRAJECTORIES", "Run", "RunFileError", "TrainingRun"]

@@ -49,13 +49,16 @@ class TrainState:
     step: int = 0
     weight_version: str = "0"
     sft_done: bool = False
-    #: groups drawn so far (every step draws ``groups_per_step`` from the task order)
+    #: groups drawn so far from the task order (``groups_per_step`` a step, more with dynamic sampling)
     cursor: int = 0
     curriculum: list[str] = field(default_factory=list)
+    #: consecutive steps up to ``step`` that trained nothing (every group zero-variance)
+    untrained_streak: int = 0
 
-    def advance(self, step: int, groups_per_step: int) -> None:
+    def advance(self, step: int, groups_drawn: int, *, trained: bool) -> None:
         """``step`` is done: the data cursor is past its groups."""
-        self.step, self.cursor = step, step * groups_per_step
+        self.step, self.cursor = step, self.cursor + groups_drawn
+        self.untrained_streak = 0 if trained else self.untrained_streak + 1
 
 
 def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.DistInfo, *, keep: int) -> None:

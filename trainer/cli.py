@@ -13,7 +13,7 @@ import typer
 def _run(config_path: Path, overrides: list[str], resume: bool) -> int:
     from envhub.trainer.checkpoint import latest_checkpoint
     from envhub.trainer.config import load_config
-    from envhub.trainer.loop import TrainingError, train
+    from envhub.trainer.loop import TrainingError, headline, train
     from envhub.trainer.preflight import PreflightError
     from envhub.trainer.weight_sync import WeightSyncError
 
@@ -33,10 +33,8 @@ def _run(config_path: Path, overrides: list[str], resume: bool) -> int:
         print(f"\ninterrupted: {where}; rerun the same command with --resume to continue "
               "(episodes of the interrupted step already on disk are reused)", file=sys.stderr)
         return 130
-    final = summary.get("final_eval") or {}
-    print(f"trained {summary['steps']} steps; final weights in {summary['final_weights']} "
-          f"(evaluate with --policy hf:{summary['final_weights']})"
-          + (f"; validation strict success {final['strict_success']:.3f}" if final else ""))
+    print(f"{headline(summary)}; final weights in {summary['final_weights']} "
+          f"(evaluate with --policy hf:{summary['final_weights']})")
     return 0
 
 

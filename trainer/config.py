@@ -52,6 +52,11 @@ class RolloutConfig(_Section):
     #: one process with the in-process engine: the engine samples from the training module itself
     #: (no second copy of the model, no weight copy per step); false: from a copy synced every step
     share_weights: bool = True
+    #: DAPO's dynamic sampling (veRL's filter_groups): when zero-variance groups leave a step with
+    #: fewer than groups_per_step informative groups, more groups are drawn from the task order, at
+    #: most ``max_extra_rounds`` times; informative groups beyond groups_per_step are not trained
+    dynamic_sampling: bool = False
+    max_extra_rounds: int = Field(3, ge=1)
 
 
 class MismatchConfig(_Section):
@@ -81,6 +86,10 @@ class AlgorithmConfig(_Section):
     #: train on infra outcomes (env_error, verifier_error, engine_error) as reward-0 failures anyway
     train_on_infra: bool = False
     drop_zero_variance: bool = True
+    #: this many consecutive steps with every group zero-variance (nothing trained): a warning, and
+    #: with stop_when_untrained the run stops there (final eval and export still happen)
+    zero_variance_patience: int = Field(3, ge=1)
+    stop_when_untrained: bool = False
     #: give truncated episodes (budget_exhausted, context_overflow) loss weight 0 instead of reward 0
     mask_truncated: bool = False
     mismatch: MismatchConfig = MismatchConfig()
@@ -137,6 +146,9 @@ class SFTConfig(_Section):
     micro_batch_size: int = Field(4, ge=1)
     max_examples: int | None = Field(None, ge=1)
     outcomes: tuple[str, ...] = ("success",)
+    #: stop SFT once the mean token entropy (nats, temperature 1) of a step's examples falls below
+    #: this: a policy that no longer explores gives GRPO all-equal groups (None: run every epoch)
+    min_entropy: float | None = Field(None, gt=0)
 
 
 class EvalConfig(_Section):

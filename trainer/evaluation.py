@@ -13,36 +13,96 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 from envhub.env import Env
 from envhub.policies import Policy
+from envhub.progress import elapsed
+from envhub.rollout import stats
 from envhub.rollout.runner import run_rollouts
 from envhub.run_dir import Run, TrainingRun
 from envhub.store import write_text_atomic
 from envhub.trainer.config import TrainConfig
 
+#: The most often an eval's progress line is written (seconds); its last line always is.
+PROGRESS_EVERY_S = 30.0
+
+
+class EvalProgress:
+    """``eval TAG: 40/128 episodes, 12 successes, ETA 3m10s`` lines through ``log`` while an eval runs
+    (terminal or not), at most one per ``every_s`` plus the last; ``on_episode`` is the rollout's hook."""
+
+    def __init__(self, tag: str, *, total: int, done: int, log: Callable[[str], None],
+                 every_s: float = PROGRESS_EVERY_S) -> None:
+        self.tag, self.total, self.resumed, self.log, self.every_s = tag, total, done, log, every_s
+        self.sampled = self.successes = 0
+        self.started = self.last = time.monotonic()
+
+    def on_episode(self, record: Any) -> None:
+        self.sampled += 1
+        self.successes += record.outcome.value == "success"
+        now, done = time.monotonic(), self.resumed + self.sampled
+        if now - self.last < self.every_s and done < self.total:
+            return
+        self.last = now
+        eta = (now - self.started) / self.sampled * max(self.total - done, 0)
+        resumed = f" ({self.resumed} kept from before)" if self.resumed else ""
+        self.log(f"eval {self.tag}: {done}/{self.total} episodes{resumed}, {self.successes} successes sampled, "
+                 f"ETA {elapsed(eta)}")
+
 
 def evaluate(files: TrainingRun, config: TrainConfig, policy: Policy, env_factory: Callable[[], Env], *,
-             tag: str, step: int, weight_version: str) -> dict[str, Any]:
+             tag: str, step: int, weight_version: str,
+             log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """The eval ``tag`` of ``policy`` on ``config.env.validation_split`` (envs from ``env_factory``),
-    run or resumed; returns its line of ``evals.jsonl``."""
+    run or resumed, its progress through ``log``; returns its line of ``evals.jsonl``."""
     env, split = config.env, config.env.validation_split
     assert split is not None
+    same = [r for r in files.evals() if r.get("weight_version") == weight_version and r.get("split") == split
+            and r.get("episodes") == config.eval.episodes and r.get("tag") != tag and not r.get("same_as")]
+    if same:  # the same weights on the same planned episodes: that eval is this one
+        return _write_line(files, {**same[-1], "tag": tag, "step": step, "same_as": same[-1]["tag"]})
     out = files.eval_run(tag)
     forget_other_weights(out, weight_version)
+    kept = sum(1 for _ in out.rows()) if out.trajectories_path.exists() else 0
+    progress = EvalProgress(tag, total=config.eval.episodes, done=kept, log=log)
     # env_kwargs only name the envs in run.json: env_factory makes them
     kwargs = dict(env.args) if env.budget is None else {**env.args, "budget": dataclasses.asdict(env.budget)}
     done = run_rollouts(env.id, policy, out_dir=out.path, episodes=config.eval.episodes, seed=config.seed,
                         concurrency=config.rollout.concurrency, split=split, env_kwargs=kwargs,
-                        env_factory=env_factory)
+                        env_factory=env_factory, on_episode=progress.on_episode)
     report = {**done.report, "split": split, "tag": tag, "step": step, "weight_version": weight_version}
     out.write_report(report)
+    rows = list(out.rows())
+    successes = sum(r["outcome"] == "success" for r in rows)
     result = {"tag": tag, "step": step, "weight_version": weight_version, "split": split,
-              "episodes": report["attempted"],
-              "strict_success": report.get("strict_success_rate", 0.0), "reward_mean": report.get("mean_reward")}
-    rows = [r for r in files.evals() if r.get("tag") != tag]
+              "episodes": report["attempted"], "successes": successes,
+              "strict_success": report.get("strict_success_rate", 0.0),
+              "interval": list(stats.wilson(successes, len(rows))), "reward_mean": report.get("mean_reward"),
+              "seconds": time.monotonic() - progress.started, "by_group": stats.by_group(rows)}
+    return _write_line(files, result)
+
+
+def successes_by_episode(files: TrainingRun, tag: str) -> dict[str, bool]:
+    """Episode id -> success of the eval ``tag`` (the eval it is the same as, for a reused one)."""
+    line = next((r for r in files.evals() if r.get("tag") == tag), None)
+    source = (line or {}).get("same_as") or tag
+    run = files.eval_run(source)
+    if not run.trajectories_path.exists():
+        return {}
+    return {r["episode_id"]: r["outcome"] == "success" for r in run.rows()}
+
+
+def paired_evals(files: TrainingRun, first: str, second: str) -> dict[str, Any]:
+    """The eval ``second`` against ``first`` on the same planned episodes (:func:`envhub.rollout.stats.paired`)."""
+    return {"first": first, "second": second,
+            **stats.paired(successes_by_episode(files, first), successes_by_episode(files, second))}
+
+
+def _write_line(files: TrainingRun, result: dict[str, Any]) -> dict[str, Any]:
+    rows = [r for r in files.evals() if r.get("tag") != result["tag"]]
     write_text_atomic(files.evals_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in [*rows, result]))
     return result
 

@@ -143,13 +143,17 @@ def _masked_mean(x: Tensor, on: Tensor) -> Tensor:
 def entropy(logits: Tensor, mask: Tensor, *, temperature: float = 1.0) -> Tensor:
     """Mean token entropy over mask: H_t = logsumexp(z_t) - sum_v softmax(z_t)_v z_t[v], z = logits / t.
 
-    Scalar (0 for an empty mask); one sequence at a time like ``token_logprobs``.
+    Scalar (0 for an empty mask); one sequence at a time like ``token_logprobs``, and only at the
+    mask-1 positions (a statistic: the softmax of an env reply's or a pad's position is never needed).
     """
-    per_token = [torch.logsumexp(row, -1) - (torch.softmax(row, -1) * row).sum(-1)
-                 for row in _rows(logits, temperature)]
-    if not per_token:
-        return logits.new_zeros((), dtype=torch.float32)
-    return _masked_mean(torch.stack(per_token), mask > 0)
+    on = mask > 0
+    total, count = logits.new_zeros((), dtype=torch.float64), 0
+    for row, keep in zip(_rows(logits, temperature), on, strict=True):
+        z = row[keep]
+        if z.shape[0]:
+            total = total + (torch.logsumexp(z, -1) - (torch.softmax(z, -1) * z).sum(-1)).sum().double()
+            count += z.shape[0]
+    return (total / count).float() if count else logits.new_zeros((), dtype=torch.float32)
 
 
 def kl_k3(logp: Tensor, ref_logp: Tensor, *, clamp: float = 20.0) -> Tensor:

@@ -24,6 +24,7 @@ The models are built in :mod:`envhub.trainer.models`, the validation evals run i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import sys
@@ -43,9 +44,9 @@ from envhub.store import JsonlStore, write_json_atomic
 from envhub.trainer import checkpoint as ckpt
 from envhub.trainer import evaluation, fsdp, preflight, sft
 from envhub.trainer.batch import TrainingSample
-from envhub.trainer.config import TrainConfig
+from envhub.trainer.config import TrainConfig, parse_config
 from envhub.trainer.models import PolicyModels
-from envhub.trainer.samples import AUDIT_FAILED, audit_trajectory, training_samples
+from envhub.trainer.samples import AUDIT_FAILED, audit_trajectory, informative_groups, training_samples
 from envhub.trainer.telemetry import StepTimer, Telemetry, step_record
 from envhub.trainer.update import update_policy
 from envhub.trainer.weight_sync import write_hf_dir
@@ -91,6 +92,9 @@ class Trainer:
                                               concurrency=config.rollout.concurrency,
                                               policy_info={"policy": self.policy.name, **self.policy.describe()})
             self.state = ckpt.TrainState()
+            self._group_index: dict[str, int] = {}  # group id -> its place in the task order
+            self._replayed: dict[int, dict[str, Any]] = {}  # steps.jsonl lines of steps trained again
+            self._reused: set[str] = set()  # episodes of this process's steps that came back from disk
             self.tasks = self._training_tasks()
             self._resume_if_asked(resume)
             self.sft_examples = self._sft_examples()
@@ -115,6 +119,8 @@ class Trainer:
         mine = self.config.dump()
         if path.exists():
             before = json.loads(path.read_text(encoding="utf-8"))
+            with contextlib.suppress(ValueError):  # a config saved before a setting existed: its default
+                before = parse_config(before).dump()
             differ = sorted(k for k in {*before, *mine} if before.get(k) != mine.get(k) and k not in RESUMABLE_CHANGES)
             if differ:
                 raise TrainingError(f"{self.run_dir} holds another run (different {', '.join(differ)}); "
@@ -173,8 +179,9 @@ class Trainer:
             return
         self.state, weights = ckpt.restore(path, self.models, self.dist)
         self.models.publish(self.state.weight_version, weights)
-        if self.dist.is_main:  # steps after the checkpoint are trained again: their log lines go
-            self.files.keep_steps_upto(self.state.step)
+        if self.dist.is_main:  # steps after the checkpoint are trained again: their log lines go, their
+            # rollout timings stay with the replayed steps (their episodes come back from disk)
+            self._replayed = {r["step"]: r for r in self.files.keep_steps_upto(self.state.step)}
         self.log(f"resumed from {path.name} (step {self.state.step}, weight version {self.state.weight_version})")
 
     # ---- the run ------------------------------------------------------------------------------
@@ -183,33 +190,70 @@ class Trainer:
         """SFT (when configured and not done), evaluation before, the GRPO steps, evaluation after,
         the final weights exported to ``RUN/final``. Returns the run's summary (also ``RUN/summary.json``)."""
         cfg, timings = self.config, {}
+        start = None
         if self.state.step == 0 and not self.state.sft_done:
-            self.evaluate("before")
+            start = self.evaluate("before")
         if cfg.sft is not None and not self.state.sft_done:
             t0 = time.monotonic()
             self.sft_stage()
             timings["sft_s"] = time.monotonic() - t0
-            self.evaluate("after-sft")
+            start = self.evaluate("after-sft")
             self.save_checkpoint()
+        warning = preflight.solved_warning(start) if cfg.steps > self.state.step else None
+        if warning:
+            self.log(f"warning: {warning}")
         self._fix_reference()
-        t0 = time.monotonic()
+        t0, stopped = time.monotonic(), None
+        self.telemetry.start_steps(self.state.step)
         with JsonlStore(self.steps_path, key="step") as log:
-            while self.state.step < cfg.steps:
+            while self.state.step < cfg.steps and stopped is None:
                 record = self.train_step()
                 if self.dist.is_main:
                     log.append(record)
                 self.telemetry.on_step(record)
+                stopped = self._untrained_guard()
                 if cfg.eval.every and self.state.step % cfg.eval.every == 0 and self.state.step < cfg.steps:
                     self.evaluate(TrainingRun.step_name(self.state.step))
-                if self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.steps:
+                if self.state.step % cfg.checkpoint_every == 0 or self.state.step == cfg.steps or stopped:
                     self.save_checkpoint()
         timings["grpo_s"] = time.monotonic() - t0
         final = self.evaluate("final")
-        summary = {"run_dir": str(self.run_dir), "steps": self.state.step, "timings": timings,
-                   "evals": self.eval_summaries(), "final_eval": final, "final_weights": str(self.export())}
+        trained = self.trained_totals()
+        tags = [e["tag"] for e in self.eval_summaries()]
+        start_tag = "after-sft" if "after-sft" in tags else "before"
+        paired = evaluation.paired_evals(self.files, start_tag, "final") if final and start_tag in tags else None
+        summary = {"run_dir": str(self.run_dir), "steps": self.state.step, **trained, "stopped": stopped,
+                   "timings": timings, "evals": self.eval_summaries(), "final_eval": final, "paired": paired,
+                   "final_weights": str(self.export())}
         if self.dist.is_main:
             write_json_atomic(self.files.summary_path, summary)
+        self.log(headline(summary))
         return summary
+
+    def _untrained_guard(self) -> str | None:
+        """After ``zero_variance_patience`` consecutive steps that trained nothing: a warning saying what to
+        do, and with ``stop_when_untrained`` the reason the run stops (None: go on)."""
+        algo, streak = self.config.algorithm, self.state.untrained_streak
+        if streak < algo.zero_variance_patience or streak % algo.zero_variance_patience:
+            return None
+        rows = [r for r in self.files.steps() if r["step"] > self.state.step - streak]
+        groups = sum(int(r.get("groups", 0)) for r in rows)
+        zero = sum(int(r.get("zero_variance_groups", 0)) for r in rows)
+        self.log(f"warning: the last {streak} steps trained nothing: {zero} of {groups} groups had zero variance "
+                 f"({zero / max(groups, 1):.0%}; all rewards of a group equal). Train on tasks the policy solves "
+                 "sometimes: `envhub profile` with this model and env.curriculum, a harder split or level, "
+                 "rollout.dynamic_sampling: true, a larger group_size, or fewer SFT steps")
+        if algo.stop_when_untrained:
+            return f"{streak} consecutive steps without an update (stop_when_untrained)"
+        return None
+
+    def trained_totals(self) -> dict[str, Any]:
+        """What the run trained, from ``steps.jsonl``: optimizer steps, trained samples, the weight version."""
+        rows = self.files.steps()
+        return {"optimizer_steps": sum(int(r.get("optimizer_steps", 0)) for r in rows),
+                "trained_samples": sum(int(r.get("trained_samples", 0)) for r in rows),
+                "untrained_steps": sum(1 for r in rows if not r.get("optimizer_steps")),
+                "weight_version": self.state.weight_version}
 
     def _fix_reference(self) -> None:
         """The KL reference is the policy GRPO starts from (after SFT): frozen here at step 0; a run resumed
@@ -236,31 +280,69 @@ class Trainer:
         step, timer = self.state.step + 1, StepTimer()
         plans = self.plans(step)                                   # 1. plan
         records = self.rollouts(step, plans)                       # 2. rollouts
-        timer.lap("rollout_s")
         classes = self.audit(records)                              # 3. audit
+        records, classes, sampling = self.oversample(step, records, classes)  # (dynamic sampling)
+        timer.lap("rollout_s")
         samples, selection = self.select(records, classes)         # 4. selection and advantages
         update = self.update(samples)                              # 5. update
         timer.lap("train_s")
         self.push_weights(update)                                  # 6. weight push
         timer.lap("weight_sync_s")
-        self.state.advance(step, self.config.rollout.groups_per_step)
-        return self.record(step, records, samples, {**selection, **update}, timer)  # 7. record
+        self.state.advance(step, sampling["groups_drawn"], trained=bool(update.get("updated")))
+        return self.record(step, records, samples, {**selection, **update, **sampling}, timer)  # 7. record
 
-    def plans(self, step: int) -> list[EpisodePlan]:
-        """This rank's episodes of ``step`` (1-based): groups ``[(step-1)*G, step*G)`` of the task order,
-        every ``world_size``-th group to this rank, whole groups only (advantages are per group)."""
+    def plans(self, step: int, start: int | None = None, count: int | None = None) -> list[EpisodePlan]:
+        """This rank's episodes of ``count`` groups (default ``groups_per_step``) from group ``start`` of the
+        task order (default: where ``step`` begins: the data cursor for the next step, ``groups_per_step``
+        further for each step after it), every ``world_size``-th group to this rank, whole groups only
+        (advantages are per group)."""
         cfg = self.config
-        per_step = cfg.rollout.groups_per_step
-        return [plan for j in range((step - 1) * per_step, step * per_step)
-                if (j % per_step) % self.dist.world_size == self.dist.rank
-                for plan in plan_group(cfg.env.id, self._task_of_group(j), j, seed=cfg.seed,
-                                       group_size=cfg.rollout.group_size, stream="train")]
+        count = cfg.rollout.groups_per_step if count is None else count
+        if start is None:
+            start = self.state.cursor + (step - 1 - self.state.step) * cfg.rollout.groups_per_step
+        plans = [plan for j in range(start, start + count)
+                 if (j - start) % self.dist.world_size == self.dist.rank
+                 for plan in plan_group(cfg.env.id, self._task_of_group(j), j, seed=cfg.seed,
+                                        group_size=cfg.rollout.group_size, stream="train")]
+        for k, plan in enumerate(plans):
+            self._group_index[plan.group_id] = start + self.dist.rank + k // cfg.rollout.group_size * self.dist.world_size
+        return plans
 
     def _task_of_group(self, j: int) -> str:
         epoch, i = divmod(j, len(self.tasks))
         order = list(self.tasks)
         random.Random(f"{self.config.env.id}/{self.config.seed}/{epoch}").shuffle(order)
         return order[i]
+
+    def oversample(self, step: int, records: list[dict[str, Any]],
+                   classes: list[str]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+        """Dynamic sampling (DAPO; veRL's ``filter_groups``): while fewer than ``groups_per_step`` groups
+        are informative (:func:`~envhub.trainer.samples.informative_groups`, over every rank), draw more
+        groups from the task order -- as many as the informative rate so far says are needed, at most
+        ``groups_per_step`` a round and ``max_extra_rounds`` rounds. Informative groups past the first
+        ``groups_per_step`` are left untrained, so the step's batch is the same size whenever it can be.
+        Returns the records to select from, their classes and the counts for ``steps.jsonl``."""
+        r = self.config.rollout
+        wanted, drawn, rounds = r.groups_per_step, r.groups_per_step, 0
+        informative = self._informative(records, classes)
+        while r.dynamic_sampling and len(informative) < wanted and rounds < r.max_extra_rounds:
+            rate = len(informative) / drawn
+            more = min(wanted, -(-(wanted - len(informative)) // rate) if rate else wanted)
+            extra = self.rollouts(step, self.plans(step, self.state.cursor + drawn, int(more)))
+            records, classes = records + extra, classes + self.audit(extra)
+            drawn, rounds = drawn + int(more), rounds + 1
+            informative = self._informative(records, classes)
+        surplus = set(informative[wanted:])
+        kept = [i for i, data in enumerate(records) if data["group_id"] not in surplus]
+        counts = {"groups_drawn": drawn, "sampling_rounds": rounds, "informative_groups": len(informative),
+                  "surplus_groups": len(surplus)}
+        return [records[i] for i in kept], [classes[i] for i in kept], counts
+
+    def _informative(self, records: list[dict[str, Any]], classes: list[str]) -> list[str]:
+        """Informative group ids over every rank, in the order of the task cursor."""
+        mine = informative_groups(records, classes, self.config.algorithm)
+        ranked = fsdp.all_gather_lists([f"{self._group_index[g]:012d} {g}" for g in mine], self.dist)
+        return [item.split(" ", 1)[1] for item in sorted(ranked)]
 
     def rollouts(self, step: int, plans: list[EpisodePlan] | None = None) -> list[dict[str, Any]]:
         """This rank's records of ``step`` (of ``plans``, by default :meth:`plans`); episodes already on
@@ -269,6 +351,7 @@ class Trainer:
         step_dir = self.files.step_rollouts(step, rank=self.dist.rank if self.dist.world_size > 1 else None)
         with step_dir.store() as store:
             todo = [p for p in plans if p.episode_id not in store.keys]
+            self._reused.update(p.episode_id for p in plans if p.episode_id in store.keys)
             for record in self.collector.run(todo):
                 store.append(record.model_dump(mode="json"))
                 self.telemetry.on_episode(record)
@@ -317,8 +400,16 @@ class Trainer:
     def record(self, step: int, records: list[dict[str, Any]], samples: list[TrainingSample],
                stats: dict[str, Any], timer: StepTimer) -> dict[str, Any]:
         """The step's line of ``RUN/steps.jsonl`` (:func:`envhub.trainer.telemetry.step_record`)."""
-        return step_record(step, records, samples, stats, timer.seconds, weight_version=self.state.weight_version,
-                           lr=self.models.scheduler.get_last_lr()[0], dist=self.dist)
+        reused = [r for r in records if r["episode_id"] in self._reused]
+        self._reused.clear()
+        line = step_record(step, records, samples, stats, timer.seconds, weight_version=self.state.weight_version,
+                           lr=self.models.scheduler.get_last_lr()[0], dist=self.dist, reused=reused)
+        original = self._replayed.pop(step, None)
+        if original is not None:  # the rollouts came back from disk: their time is the first run's
+            line["time"] = {**line["time"], "rollout_s": original["time"]["rollout_s"]}
+            line["tokens_per_second"] = original["tokens_per_second"]
+            line["replayed"] = True
+        return line
 
     # ---- checkpoints, evaluation, export ---------------------------------------------------------
 
@@ -330,12 +421,16 @@ class Trainer:
         (:func:`envhub.trainer.evaluation.evaluate`)."""
         cfg, result = self.config, None
         if cfg.env.validation_split is not None and self.dist.is_main:
-            policy = self.models.policy(cfg.sampling.with_(temperature=cfg.eval.temperature))
+            # named after the weights it samples with: the run's (each turn records the weight version)
+            policy = self.models.policy(cfg.sampling.with_(temperature=cfg.eval.temperature),
+                                        name=f"train:{self.run_dir}")
             result = evaluation.evaluate(self.files, cfg, policy, self._env_factory(cfg.env.validation_split),
-                                         tag=tag, step=self.state.step, weight_version=self.state.weight_version)
+                                         tag=tag, step=self.state.step, weight_version=self.state.weight_version,
+                                         log=self.log)
             self.telemetry.on_eval(result)
-            self.log(f"eval {tag}: strict success {result['strict_success']:.3f} on {result['episodes']} "
-                     f"{result['split']} episodes")
+            low, high = result.get("interval", (0.0, 1.0))
+            self.log(f"eval {tag}: strict success {result['strict_success']:.3f} [{low:.3f}, {high:.3f}] on "
+                     f"{result['episodes']} {result['split']} episodes")
         fsdp.barrier(self.dist)
         return result
 
@@ -356,10 +451,27 @@ class Trainer:
     def sft_stage(self) -> None:
         """Supervised warm start (:func:`envhub.trainer.sft.run_sft`); its weights go to the engine."""
         assert self.config.sft is not None
-        sft.run_sft(self.models.model, self.sft_examples, self.config.sft, seed=self.config.seed,
-                    grad_clip=self.config.optim.grad_clip, dist=self.dist, pad_id=self.models.pad_id, log=self.log)
+        t0 = time.monotonic()
+        curve = sft.run_sft(self.models.model, self.sft_examples, self.config.sft, seed=self.config.seed,
+                            grad_clip=self.config.optim.grad_clip, dist=self.dist, pad_id=self.models.pad_id,
+                            log=self.log)
+        if self.dist.is_main:
+            write_json_atomic(self.files.sft_path, {"examples": len(self.sft_examples), "seconds": time.monotonic() - t0,
+                                                    "steps": curve, "final_entropy": curve[-1]["entropy"] if curve else None})
         self.state.sft_done = True
         self._next_weight_version()
+
+
+def headline(summary: dict[str, Any]) -> str:
+    """The run's last console line: what it trained (or that it trained nothing) and its final eval."""
+    steps, updates = summary["steps"], summary.get("optimizer_steps", 0)
+    what = (f"trained {updates} optimizer steps on {summary.get('trained_samples', 0)} samples in {steps} GRPO steps"
+            if updates else f"trained nothing in {steps} GRPO steps (0 optimizer steps: every group had zero variance)"
+            if steps else "no GRPO steps")
+    final = summary.get("final_eval")
+    score = f"; final strict success {final['strict_success']:.3f} on {final['episodes']} episodes" if final else ""
+    stop = f"; stopped: {summary['stopped']}" if summary.get("stopped") else ""
+    return f"done: {what}, weight version {summary.get('weight_version')}{score}{stop}"
 
 
 def train(config: TrainConfig, *, resume: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -72,11 +72,12 @@ class PolicyModels:
                                   max_context=cfg.rollout.max_context, max_batch_size=max(cfg.rollout.concurrency, 1),
                                   weight_version="0", seed=cfg.seed + self.dist.rank, model_id=str(self.model_dir))
 
-    def policy(self, params: Any) -> ModelPolicy:
-        """The model policy over the engine, sampling with ``params``."""
+    def policy(self, params: Any, *, name: str | None = None) -> ModelPolicy:
+        """The model policy over the engine, sampling with ``params``; ``name`` (default: the model dir it
+        started from) is what records and reports call it."""
         r = self.config.rollout
         return ModelPolicy(self.engine, self.tokenizer, params=params, max_context=r.max_context,
-                           name=f"hf:{self.model_dir}", model_id=str(self.model_dir), tokenizer_id=str(self.model_dir),
+                           name=name or f"hf:{self.model_dir}", model_id=str(self.model_dir), tokenizer_id=str(self.model_dir),
                            fit_turns=r.fit_turns, max_response_tokens=r.max_response_tokens)
 
     def freeze_reference(self) -> None:

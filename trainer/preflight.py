@@ -51,14 +51,53 @@ def check_config(config: TrainConfig) -> list[str]:
     if sampling.max_new_tokens >= rollout.max_context:
         problems.append(f"sampling.max_new_tokens ({sampling.max_new_tokens}) leaves no room for a prompt in "
                         f"rollout.max_context ({rollout.max_context})")
-    if config.sft is not None and not config.sft.runs:
-        problems.append("sft.runs is empty: name run directories with accepted trajectories")
+    if config.sft is not None:
+        problems.extend(check_sft_runs(config))
     if "infra_failure" not in algo.exclude_classes and not algo.train_on_infra:
         problems.append(f"algorithm.exclude_classes is {list(algo.exclude_classes)}: infra outcomes (env_error, "
                         "verifier_error, engine_error) would be trained as reward-0 failures, punishing the policy "
                         "for a broken env, verifier or engine; keep infra_failure in exclude_classes, or set "
                         "algorithm.train_on_infra: true to train on them anyway")
     return problems
+
+
+def check_sft_runs(config: TrainConfig) -> list[str]:
+    """Each of ``sft.runs`` must be a run directory holding at least one record of an accepted outcome;
+    checked from the files alone, before any model loads. The message names the command that makes one."""
+    from envhub.run_dir import Run
+    from envhub.store import read_jsonl
+
+    assert config.sft is not None
+    make = (f"make one with `envhub rollout {config.env.id} --policy gold --split {config.env.split} "
+            "--episodes 64 --out DIR` (add the env's --env-arg settings), or a run of a model that succeeds")
+    if not config.sft.runs:
+        return [f"sft.runs is empty: name run directories with accepted trajectories; {make}"]
+    problems, wanted = [], set(config.sft.outcomes)
+    for path in config.sft.runs:
+        run = Run(path)
+        if not run.exists():
+            problems.append(f"sft.runs: {path} holds no trajectories ({run.trajectories_path} is missing); {make}")
+            continue
+        try:
+            accepted = any(r.get("outcome") in wanted for r in read_jsonl(run.trajectories_path))
+        except (OSError, ValueError) as exc:
+            problems.append(f"sft.runs: {run.trajectories_path} cannot be read: {exc}")
+            continue
+        if not accepted:
+            problems.append(f"sft.runs: {path} has no episode with outcome in {sorted(wanted)} "
+                            f"(sft.outcomes); {make}")
+    return problems
+
+
+def solved_warning(result: dict[str, Any] | None, *, threshold: float = 0.9) -> str | None:
+    """A warning when the eval the GRPO steps start from (after SFT, or before training) already solves
+    the tasks: nearly every group would be all-success, zero variance, and GRPO would train nothing."""
+    if not result or result.get("strict_success", 0.0) < threshold:
+        return None
+    return (f"the {result['tag']} eval already solves {result['strict_success']:.0%} of {result['episodes']} "
+            f"{result['split']} episodes: most GRPO groups will be all-success (zero variance) and train nothing. "
+            "Train on what it solves sometimes: `envhub profile` with this model and env.curriculum, a harder "
+            "split or level, fewer SFT steps or examples, or rollout.dynamic_sampling: true")
 
 
 def config_notes(config: TrainConfig) -> list[str]:

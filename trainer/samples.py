@@ -36,6 +36,21 @@ def audit_trajectory(data: dict[str, Any], tokenizer: Any, *, chat_template_hash
     return problems
 
 
+def informative_groups(records: list[dict[str, Any]], classes: Sequence[str], cfg: AlgorithmConfig) -> list[str]:
+    """The group ids of ``records`` (in their order) that carry a learning signal: at least two trained
+    members (outcome class not excluded, audit passed) whose rewards differ."""
+    rewards: dict[str, set[float]] = {}
+    members: dict[str, int] = {}
+    excluded = {*cfg.exclude_classes, AUDIT_FAILED}
+    for data, cls in zip(records, classes, strict=True):
+        group = data["group_id"]
+        rewards.setdefault(group, set())
+        if cls not in excluded:
+            rewards[group].add(float(data["reward"]))
+            members[group] = members.get(group, 0) + 1
+    return [g for g, seen in rewards.items() if members.get(g, 0) >= 2 and len(seen) > 1]
+
+
 def training_samples(records: list[dict[str, Any]], classes: Sequence[str], cfg: AlgorithmConfig, *,
                      weight_version: str) -> tuple[list[TrainingSample], dict[str, Any]]:
     """The samples of ``records`` (each of outcome class ``classes[i]``, or :data:`AUDIT_FAILED`) and

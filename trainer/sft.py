@@ -87,10 +87,12 @@ def sft_samples(runs: Sequence[Path], policy: ModelPolicy, *, outcomes: Iterable
     return samples, stats
 
 
-def sft_loss(model: torch.nn.Module, batch: Any, *, batch_tokens: float) -> torch.Tensor:
-    """Negative log-likelihood of the mask-1 tokens, summed and divided by the batch's mask-1 count."""
-    logp, _ = policy_logprobs(model, batch, temperature=1.0)
-    return -(logp * batch.mask).sum() / batch_tokens
+def sft_loss(model: torch.nn.Module, batch: Any, *, batch_tokens: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Negative log-likelihood of the mask-1 tokens, summed and divided by the batch's mask-1 count, and
+    the micro-batch's mean token entropy over them (temperature 1, no gradient)."""
+    logp, ent = policy_logprobs(model, batch, temperature=1.0, with_entropy=True)
+    assert ent is not None
+    return -(logp * batch.mask).sum() / batch_tokens, ent
 
 
 def sft_epoch_batches(samples: Sequence[TrainingSample], *, epoch: int, seed: int, batch_size: int) -> list[list[TrainingSample]]:
@@ -112,43 +114,54 @@ def longest_turn(sample: TrainingSample) -> int:
 
 
 def run_sft(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig, *, seed: int,
-            grad_clip: float | None, dist: fsdp.DistInfo, pad_id: int, log: Callable[[str], None]) -> list[float]:
+            grad_clip: float | None, dist: fsdp.DistInfo, pad_id: int,
+            log: Callable[[str], None]) -> list[dict[str, float]]:
     """The SFT stage on ``samples`` (from :func:`sft_samples`): ``config.epochs`` passes, ``config.batch_size``
-    examples per optimizer step (each rank takes every ``world_size``-th one); returns each epoch's mean
-    token NLL."""
+    examples per optimizer step (each rank takes every ``world_size``-th one), stopped early once a step's
+    mean token entropy is below ``config.min_entropy``; returns each step's ``{step, epoch, loss, entropy}``
+    (loss: the token NLL)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     model.train()
     try:
-        return _epochs(model, samples, config, optimizer, seed=seed, grad_clip=grad_clip, dist=dist, pad_id=pad_id,
-                       log=log)
+        return _steps(model, samples, config, optimizer, seed=seed, grad_clip=grad_clip, dist=dist, pad_id=pad_id,
+                      log=log)
     finally:
         model.eval()  # the in-process engine may sample from this very module
 
 
-def _epochs(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig,
-            optimizer: torch.optim.Optimizer, *, seed: int, grad_clip: float | None, dist: fsdp.DistInfo,
-            pad_id: int, log: Callable[[str], None]) -> list[float]:
-    means = []
+def _steps(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig,
+           optimizer: torch.optim.Optimizer, *, seed: int, grad_clip: float | None, dist: fsdp.DistInfo,
+           pad_id: int, log: Callable[[str], None]) -> list[dict[str, float]]:
+    curve: list[dict[str, float]] = []
     per_epoch = -(-len(samples) // config.batch_size)
-    started = time.monotonic()
+    total, started = config.epochs * per_epoch, time.monotonic()
     for epoch in range(config.epochs):
-        losses = []
         for batch in sft_epoch_batches(samples, epoch=epoch, seed=seed, batch_size=config.batch_size):
             share = batch[dist.rank::dist.world_size]
             micro = pad_to_same_count(micro_batches(share, config.micro_batch_size, pad_id), dist, pad_id)
             tokens = float(sum(s.sampled_tokens for s in batch)) or 1.0
-            loss = 0.0
+            loss = ent_sum = ent_tokens = 0.0
             for mb in micro:
-                part = sft_loss(model, mb, batch_tokens=tokens)
+                part, ent = sft_loss(model, mb, batch_tokens=tokens)
                 part.backward()
                 loss += float(part.detach())
+                on = float((mb.mask > 0).sum())
+                ent_sum, ent_tokens = ent_sum + float(ent) * on, ent_tokens + on
             fsdp.clip_grad_norm(model, grad_clip if grad_clip is not None else math.inf)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            losses.append(fsdp.all_reduce_sum({"loss": loss}, dist)["loss"])
-            done, total = epoch * per_epoch + len(losses), config.epochs * per_epoch
+            sums = fsdp.all_reduce_sum({"loss": loss, "ent": ent_sum, "tok": ent_tokens}, dist)
+            # the entropy of the weights before this step's update (the forward pass it came from)
+            curve.append({"step": len(curve) + 1, "epoch": epoch + 1, "loss": sums["loss"],
+                          "entropy": sums["ent"] / max(sums["tok"], 1.0)})
+            done = len(curve)
             eta = (time.monotonic() - started) / done * (total - done)
-            log(f"sft step {done}/{total}  token NLL {losses[-1]:.4f}  ETA {eta:.0f}s")
-        means.append(sum(losses) / len(losses))
-        log(f"sft epoch {epoch + 1}/{config.epochs}: mean token NLL {means[-1]:.4f}")
-    return means
+            log(f"sft step {done}/{total}  token NLL {sums['loss']:.4f}  entropy {curve[-1]['entropy']:.3f}  "
+                f"ETA {eta:.0f}s")
+            if config.min_entropy is not None and curve[-1]["entropy"] < config.min_entropy:
+                log(f"sft: stopped at step {done}/{total}: token entropy {curve[-1]['entropy']:.4f} is below "
+                    f"sft.min_entropy {config.min_entropy} (the policy must still explore for GRPO)")
+                return curve
+        epoch_losses = [c["loss"] for c in curve if c["epoch"] == epoch + 1]
+        log(f"sft epoch {epoch + 1}/{config.epochs}: mean token NLL {sum(epoch_losses) / len(epoch_losses):.4f}")
+    return curve

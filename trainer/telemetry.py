@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ class Telemetry:
                  tensorboard: bool, enabled: bool, log: Callable[[str], None]) -> None:
         self.enabled, self.total, self.log = enabled, total_steps, log
         self.started = time.monotonic()
+        self._steps_from, self._steps_started = 0, self.started
         self.rollout = None
         self._stop: Callable[[], None] | None = None
         self._writer = None
@@ -106,10 +107,14 @@ class Telemetry:
             self._writer.add_scalar("eval/strict_success", result["strict_success"], global_step=result["step"])
             self._writer.flush()
 
+    def start_steps(self, step: int) -> None:
+        """The GRPO steps begin (or resume) at ``step``: the ETA counts the steps timed from here."""
+        self._steps_from, self._steps_started = step, time.monotonic()
+
     def progress_line(self, r: dict[str, Any]) -> str:
         done = r["step"]
-        elapsed = time.monotonic() - self.started
-        eta = elapsed / max(done, 1) * max(self.total - done, 0)
+        elapsed = time.monotonic() - self._steps_started
+        eta = elapsed / max(done - self._steps_from, 1) * max(self.total - done, 0)
         return (f"step {done}/{self.total}  reward {r['reward_mean']:.3f}  strict success {r['strict_success']:.3f}  "
                 f"kept {int(r.get('kept', 0))}  tok/s {r['tokens_per_second']:.0f}  "
                 f"step {sum(v for k, v in r['time'].items() if k != 'verify_s'):.1f}s  ETA {_duration(eta)}")
@@ -168,11 +173,15 @@ class StepTimer:
 
 
 def step_record(step: int, records: list[dict[str, Any]], samples: list[Any], stats: dict[str, Any],
-                seconds: dict[str, float], *, weight_version: str, lr: float, dist: fsdp.DistInfo) -> dict[str, Any]:
+                seconds: dict[str, float], *, weight_version: str, lr: float, dist: fsdp.DistInfo,
+                reused: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The line of ``RUN/steps.jsonl`` of ``step``, over every rank's ``records`` (this rank's episodes)
     and ``samples`` (those it trained on); ``stats`` are the selection's and the update's, ``seconds``
-    the stages' (rollout_s, train_s, weight_sync_s). Every rank calls it (it sums over ranks)."""
+    the stages' (rollout_s, train_s, weight_sync_s); ``reused``: the records that came back from disk
+    after a resume (not sampled in ``rollout_s``). Every rank calls it (it sums over ranks)."""
     counts = fsdp.all_reduce_sum(rollout_counts(records), dist)
+    again = fsdp.all_reduce_sum({"n": float(len(reused)),
+                                 "tokens": float(sum(sum(r.get("response_mask", [])) for r in reused))}, dist)
     attempted = max(counts["attempted"], 1)
     tokens = counts["sampled_tokens"]
     trained = {s.episode_id for s in samples}
@@ -190,7 +199,8 @@ def step_record(step: int, records: list[dict[str, Any]], samples: list[Any], st
         "trained_episodes": sorted(fsdp.all_gather_lists([s.episode_id for s in samples], dist)),
         "untrained_episodes": sorted(fsdp.all_gather_lists(
             sorted({r["episode_id"] for r in records} - trained), dist)),
-        "tokens_per_second": tokens / max(seconds["rollout_s"], 1e-9),
+        "tokens_per_second": (tokens - again["tokens"]) / max(seconds["rollout_s"], 1e-9),
+        "resumed_episodes": int(again["n"]),
         "time": {"rollout_s": seconds["rollout_s"], "verify_s": counts["verifier_s"], "train_s": seconds["train_s"],
                  "weight_sync_s": seconds["weight_sync_s"]},
         "lr": lr, "rss_mb": rss_mb(),

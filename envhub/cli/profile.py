@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from envhub.cli.common import fail
+from envhub.cli.common import checked_env_kwargs, fail
 from envhub.rollout.profile import run_profile
 
 
@@ -22,6 +22,7 @@ def profile_command(
     seed: int = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="episodes in flight")] = 4,
     sandbox: Annotated[str, typer.Option(help="auto | docker | bwrap | landlock | process")] = "auto",
+    env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
 ) -> None:
     """pass@k per task (unbiased estimator); writes profile.json and curriculum.json (0 < p < 1)."""
     from envhub.policies import make_policy
@@ -29,9 +30,10 @@ def profile_command(
     from envhub.rollout.runner import RolloutOutputError
 
     try:
+        env_kwargs = checked_env_kwargs(env_id, env_arg, sandbox=sandbox)
         pol = make_policy(policy)
         profile = run_profile(env_id, pol, out_dir=out, k=k, split=split, limit=limit, seed=seed,
-                              concurrency=concurrency, env_kwargs={"sandbox": sandbox})
+                              concurrency=concurrency, env_kwargs=env_kwargs)
     except (UnknownEnvError, ValueError, ImportError, TypeError, PermissionError) as exc:
         raise fail(str(exc)) from None
     except RolloutOutputError as exc:

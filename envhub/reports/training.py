@@ -26,6 +26,7 @@ from typing import Any
 
 from envhub.reports.data import LOADERS, RunData, RunDirError, load_rollout
 from envhub.reports.plots import PLOTS, new_figure, new_panels, outcome_mix, png
+from envhub.rollout.stats import paired
 from envhub.rollout.summary import slim, summarize
 from envhub.run_dir import TrainingRun
 from envhub.store import CorruptRecordError, read_jsonl
@@ -59,6 +60,11 @@ class TrainingData(RunData):
     #: the last eval: tag ``final`` when the run finished, else the latest one
     final_tag: str | None = None
     final_eval: RunData | None = None
+    #: ``sft.json`` (examples, seconds, the per-step loss and entropy) and ``summary.json``, when written
+    sft: dict[str, Any] | None = None
+    run_summary: dict[str, Any] | None = None
+    #: the eval GRPO started from (after-sft, else before) against the final one, on the same episodes
+    paired: dict[str, Any] | None = None
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of the steps that recorded ``key`` (see :func:`stat`)."""
@@ -166,7 +172,7 @@ def load_training(path: Path) -> TrainingData | None:
     eval_reports: dict[str, dict[str, Any]] = {}
     for e in evals:
         tag = str(e["tag"])
-        report = files.eval_run(tag).report_path
+        report = files.eval_run(eval_source(e)).report_path
         if _TAG.match(tag) and report.is_file():
             try:
                 eval_reports[tag] = _read_object(report)
@@ -176,9 +182,10 @@ def load_training(path: Path) -> TrainingData | None:
     if final_tag is not None and final_tag != "final":
         notes.append(f"no final eval yet (the run has not finished): the latest eval, {final_tag}, stands in")
     final_eval = None
-    if final_tag is not None and _TAG.match(final_tag):
-        split = next(e.get("split") for e in evals if str(e["tag"]) == final_tag) or env.get("validation_split")
-        final_eval = load_rollout(files.eval_run(final_tag).path, identity={
+    final_line = next((e for e in evals if str(e["tag"]) == final_tag), None)
+    if final_line is not None and _TAG.match(eval_source(final_line)):
+        split = final_line.get("split") or env.get("validation_split")
+        final_eval = load_rollout(files.eval_run(eval_source(final_line)).path, identity={
             "env_id": env_id, "split": split, "env_kwargs": env.get("args") or {}, "policy": config.get("model")})
         if final_eval is None:
             notes.append(f"eval/{final_tag}/trajectories.jsonl is missing: no final-eval episodes to show")
@@ -186,9 +193,34 @@ def load_training(path: Path) -> TrainingData | None:
             notes += [f"eval/{final_tag}: {n}" for n in final_eval.notes]
     run = {"env_id": env_id, "split": env.get("split", "train"), "policy": config.get("model"),
            "env_kwargs": env.get("args") or {}}
+    run_summary = _read_object(files.summary_path) if files.summary_path.is_file() else None
+    sft = _read_object(files.sft_path) if files.sft_path.is_file() else None
     return TrainingData(kind="training", run_dir=path, run=run, summary=summary, records=records, tasks={},
                         notes=notes, config=config, steps=steps, evals=evals, eval_reports=eval_reports,
-                        final_tag=final_tag, final_eval=final_eval)
+                        final_tag=final_tag, final_eval=final_eval, sft=sft, run_summary=run_summary,
+                        paired=_paired(files, evals, final_tag))
+
+
+def eval_source(line: dict[str, Any]) -> str:
+    """The tag whose ``eval/TAG/`` holds an eval's episodes (an eval of the same weights points at it)."""
+    return str(line.get("same_as") or line["tag"])
+
+
+def _paired(files: TrainingRun, evals: list[dict[str, Any]], final_tag: str | None) -> dict[str, Any] | None:
+    tags = {str(e["tag"]): e for e in evals}
+    start = "after-sft" if "after-sft" in tags else "before" if "before" in tags else None
+    if start is None or final_tag is None or final_tag == start:
+        return None
+    outcomes = []
+    for tag in (start, final_tag):
+        run = files.eval_run(eval_source(tags[tag]))
+        if not _TAG.match(eval_source(tags[tag])) or not run.trajectories_path.is_file():
+            return None
+        try:
+            outcomes.append({r["episode_id"]: r["outcome"] == "success" for r in read_jsonl(run.trajectories_path)})
+        except (CorruptRecordError, KeyError):
+            return None
+    return {"first": start, "second": final_tag, **paired(*outcomes)}
 
 
 LOADERS.append(load_training)

@@ -88,6 +88,7 @@ def _headline(data: TrainingData, plots: dict[str, str]) -> str:
                   + ("(finished: summary.json)" if finished else '<span class="warn">(not finished)</span>')],
         ["step shape", f"{esc(rollout.get('groups_per_step', '?'))} groups x {esc(rollout.get('group_size', '?'))}"
                        " episodes"],
+        ["trained", _trained(data)],
         ["loss", esc(algorithm.get("loss", "?"))],
         ["step seconds", f"{data.summary['wall_seconds']:.1f} (rollout + train + weight sync, all steps)"],
     ]
@@ -106,6 +107,19 @@ def _headline(data: TrainingData, plots: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
+def _trained(data: TrainingData) -> str:
+    """Optimizer steps, trained samples and the weight version reached; a run that updated nothing says so."""
+    updates, samples = _total(data, "optimizer_steps"), _total(data, "trained_samples")
+    version = data.steps[-1].get("weight_version") if data.steps else (data.evals[-1].get("weight_version")
+                                                                        if data.evals else None)
+    text = (f'<span id="optimizer-steps">{updates:.0f}</span> optimizer steps on '
+            f'<span id="trained-samples">{samples:.0f}</span> samples; weight version {esc(version)}')
+    if data.steps and not updates:
+        text += (' <span class="warn">(trained nothing: every group of every step had zero variance, so the final '
+                 "model is the one the GRPO steps started from)</span>")
+    return text
+
+
 @section("training", "evals", "Validation evals")
 def _evals(data: TrainingData, plots: dict[str, str]) -> str:
     if not data.evals:
@@ -118,18 +132,79 @@ def _evals(data: TrainingData, plots: dict[str, str]) -> str:
         def count(name: str, rep: dict[str, Any] = rep, cls: dict[str, Any] = cls) -> str:
             return esc(cls.get(name, DASH)) if rep else DASH
 
-        rows.append([f'<span id="eval-{i}-tag">{esc(e["tag"])}</span>', esc(e.get("step", "?")),
+        same = f' (the weights of {esc(e["same_as"])})' if e.get("same_as") else ""
+        rows.append([f'<span id="eval-{i}-tag">{esc(e["tag"])}</span>{same}', esc(e.get("step", "?")),
                      esc(e.get("split", "?")), f'<span id="eval-{i}-episodes">{esc(e.get("episodes", "?"))}</span>',
                      f'<b id="eval-{i}-strict">{_rate(stat(e, "strict_success"))}</b>',
+                     f'<span id="eval-{i}-interval">{_interval(e.get("interval"))}</span>',
                      _rate(stat(rep, "success_rate_excluding_infra")),
                      count(OutcomeClass.POLICY_FAILURE.value), count(OutcomeClass.TRUNCATION.value),
                      f'<span id="eval-{i}-infra">{count(OutcomeClass.INFRA_FAILURE.value)}</span>',
                      _fmt(stat(rep, "mean_reward"))])
-    head = ["eval", "step", "split", "episodes", "strict success", "success excl. infra", "failed by policy",
-            "truncated", "failed by environment", "mean reward"]
+    head = ["eval", "step", "split", "episodes", "strict success", "95 % interval (Wilson)", "success excl. infra",
+            "failed by policy", "truncated", "failed by environment", "mean reward"]
     return (f"<p>Validation only ({esc(data.validation_split)} split), from evals.jsonl and eval/TAG/report.json; "
             "never mixed with the training episodes.</p>" + html_table(head, rows, "evals")
             + img(plots, "final_eval_outcomes", "final eval: episodes by outcome"))
+
+
+def _interval(value: Any) -> str:
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return DASH
+    return f"[{value[0]:.3f}, {value[1]:.3f}]"
+
+
+@section("training", "learning", "Did it learn? Paired comparison and per-kind validation")
+def _learning(data: TrainingData, plots: dict[str, str]) -> str:
+    parts = []
+    pair = data.paired
+    if pair is None:
+        parts.append('<p class="none">no paired comparison: the run needs a before or after-sft eval and a later '
+                     'one with their episodes</p>')
+    else:
+        verdict = ("the gain is not noise" if pair["interval"][0] > 0 else "a loss beyond noise"
+                   if pair["interval"][1] < 0 else "the difference is within noise")
+        parts.append(
+            f"<p>{esc(pair['second'])} against {esc(pair['first'])} on the same {pair['n']} validation episodes "
+            "(same tasks, same seeds): wins are episodes only the later model solved, losses those only the "
+            f"earlier one did. 95 % interval of the difference (paired): {verdict}.</p>"
+            + html_table(["pairs", "wins", "losses", "ties", f"{esc(pair['first'])}", f"{esc(pair['second'])}",
+                          "difference", "95 % interval"],
+                         [[str(pair["n"]), f'<b id="paired-wins">{pair["wins"]}</b>',
+                           f'<b id="paired-losses">{pair["losses"]}</b>', str(pair["ties"]),
+                           _rate(pair["first_rate"]), _rate(pair["second_rate"]),
+                           f'<span id="paired-difference">{pair["difference"]:+.3f}</span>',
+                           _interval(pair["interval"])]], "paired"))
+    groups = sorted({g for e in data.evals for g in (e.get("by_group") or {})})
+    if groups:
+        rows = [[esc(g), *(_group_cell((e.get("by_group") or {}).get(g)) for e in data.evals)] for g in groups]
+        parts.append("<p>Strict success per task kind (the task id without its index), each eval's episodes.</p>"
+                     + html_table(["kind", *(esc(e["tag"]) for e in data.evals)], rows, "by-kind"))
+    return "\n".join(parts)
+
+
+def _group_cell(group: dict[str, Any] | None) -> str:
+    if not group:
+        return DASH
+    return f"{group['successes']}/{group['n']} = {group['rate']:.3f} {_interval(group.get('interval'))}"
+
+
+@section("training", "stages", "Stages: wall time and the SFT curve")
+def _stages(data: TrainingData, plots: dict[str, str]) -> str:
+    timings = (data.run_summary or {}).get("timings") or {}
+    rows = [[f"eval {esc(e['tag'])}", _fmt(stat(e, "seconds"), 1)] for e in data.evals if not e.get("same_as")]
+    rows += [["SFT", _fmt((data.sft or {}).get("seconds") or timings.get("sft_s"), 1)],
+             ["GRPO steps", _fmt(timings.get("grpo_s"), 1)]]
+    parts = ["<p>Wall seconds of each stage (evals from evals.jsonl, SFT from sft.json, GRPO from summary.json; "
+             "a dash: not recorded or not run).</p>" + html_table(["stage", "seconds"], rows, "stages")]
+    curve = (data.sft or {}).get("steps") or []
+    if curve:
+        parts.append(f"<p>SFT on {esc(data.sft.get('examples'))} examples: token NLL and mean token entropy "
+                     "(nats, temperature 1) of each step's examples, before its update.</p>"
+                     + html_table(["SFT step", "epoch", "token NLL", "token entropy"],
+                                  [[str(c["step"]), str(c["epoch"]), _fmt(c["loss"], 4), _fmt(c["entropy"], 4)]
+                                   for c in curve], "sft-curve"))
+    return "\n".join(parts)
 
 
 @section("training", "reward", "Reward and strict success over steps")

@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from envhub.env import Budget, Env
-from envhub.parsing import format_tool_call
+from envhub.parsing import answer_syntax, format_tool_call
 from envhub.tools import tool
 from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, LayeredVerifier
@@ -185,9 +185,8 @@ class ReasoningGymEnv(Env):
 
     def system_prompt(self, task: Task) -> str:
         return (
-            "Solve the problem. When you are done, call the `answer` tool once with only the final answer, "
-            "in the form the problem asks for. Call it by writing "
-            f"{format_tool_call('answer', {'answer': '...'})}."
+            "Solve the problem. When you are done, give only the final answer, once, in the form the "
+            f"problem asks for, by writing {answer_syntax(self.parser)}."
         )
 
     @tool(terminal=True)

@@ -1,6 +1,6 @@
 import pytest
 
-from envhub.parsing import DefaultParser, HermesParser, JsonParser, format_tool_call
+from envhub.parsing import PARSERS, DefaultParser, HermesParser, JsonParser, format_tool_call
 
 
 @pytest.mark.parametrize("text", [
@@ -37,3 +37,19 @@ def test_malformed_calls_explain_themselves(text, needle):
     result = DefaultParser().parse(text)
     assert result.calls == []
     assert needle in result.error
+
+
+def test_the_answer_tag_parser_reads_one_final_answer_or_a_tool_call():
+    from envhub.parsing import AnswerTagParser, answer_syntax
+
+    parser = AnswerTagParser()
+    (call,) = parser.parse("6 + 1 is 7, so <answer> 7 </answer>").calls
+    assert (call.name, call.arguments) == ("answer", {"answer": "7"})
+    (call,) = parser.parse('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>').calls
+    assert call.name == "python"
+    hedge = parser.parse("<answer>7</answer> or <answer>8</answer>")
+    assert hedge.calls == [] and "2 <answer> blocks" in hedge.error
+    missing = parser.parse("The answer is 7.")
+    assert missing.calls == [] and "<answer>...</answer>" in missing.error
+    assert answer_syntax(parser, "X") == "<answer>X</answer>"
+    assert answer_syntax(PARSERS["default"](), "X").startswith("<tool_call>")

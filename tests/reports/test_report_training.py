@@ -173,3 +173,22 @@ def test_cli_renders_a_training_run(run, tmp_path):
     assert cli.returncode == 0, cli.stderr
     assert f"wrote {out} and {len(PLOTS)} plots" in cli.stdout
     assert out.is_file() and len(list(out.parent.glob("t.*.png"))) == len(PLOTS)
+
+
+@pytest.mark.slow
+def test_the_report_says_what_was_trained_and_pairs_the_final_eval_with_the_first(run, tmp_path):
+    text = write_report(run, tmp_path / "site" / "train.html").html.read_text(encoding="utf-8")
+    ids = _ids(text)
+    steps = _lines(run / "steps.jsonl")
+    assert int(ids["optimizer-steps"]) == sum(s["optimizer_steps"] for s in steps)
+    assert int(ids["trained-samples"]) == sum(s["trained_samples"] for s in steps)
+    before = {r["episode_id"]: r["outcome"] == "success" for r in _lines(run / "eval" / "before" / "trajectories.jsonl")}
+    final = {r["episode_id"]: r["outcome"] == "success" for r in _lines(run / "eval" / "final" / "trajectories.jsonl")}
+    assert before.keys() == final.keys()
+    assert int(ids["paired-wins"]) == sum(final[e] and not before[e] for e in before)
+    assert int(ids["paired-losses"]) == sum(before[e] and not final[e] for e in before)
+    evals = _lines(run / "evals.jsonl")
+    for i, e in enumerate(evals):
+        low, high = e["interval"]
+        assert ids[f"eval-{i}-interval"] == f"[{low:.3f}, {high:.3f}]" and low <= e["strict_success"] <= high
+    assert '<section id="learning">' in text and '<section id="stages">' in text and "by-kind" in text

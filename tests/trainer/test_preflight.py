@@ -85,7 +85,10 @@ def test_training_on_infra_outcomes_needs_the_explicit_flag(tmp_path, scratch_mo
 def test_kl_with_an_sft_stage_says_the_reference_is_the_post_sft_policy(tmp_path, scratch_model):
     from envhub.trainer.preflight import config_notes
 
-    config = parse_config(letter_config(tmp_path / "run", scratch_model, sft={"runs": ["gold"]},
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    (gold / "trajectories.jsonl").write_text('{"outcome": "success"}\n')
+    config = parse_config(letter_config(tmp_path / "run", scratch_model, sft={"runs": [str(gold)]},
                                         algorithm={"kl_coef": 0.05}))
     assert check_config(config) == []
     (note,) = config_notes(config)
