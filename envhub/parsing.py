@@ -16,6 +16,7 @@ from envhub.types import Action, ToolCall
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: How deep a call's arguments may nest (dicts and lists); deeper cannot be stored as a record.
@@ -188,6 +189,26 @@ class AnswerTagParser:
                                  f"{TOOL_CALL_EXAMPLE}")
 
 
+class LastNumberParser(AnswerTagParser):
+    """As the answer-tag parser; prose without a tag answers with its last number (``-12``, ``3.5``,
+    ``7/8``; thousands commas dropped), as lm-evaluation-harness's flexible extraction reads GSM8K.
+
+    For numeric tasks where the format is not what is being learned: an untrained model that
+    writes ``3 + 4 = 7`` has answered 7. Only one value is ever graded, so listing candidates
+    gains nothing: the last one is the answer.
+    """
+
+    def parse(self, text: str) -> ParseResult:
+        if "<tool_call>" in text or "<answer>" in text:
+            return super().parse(text)
+        numbers = _NUMBER.findall(text)
+        if not numbers:
+            return ParseResult(error="no final answer found: end with the answer as a number, or write it as "
+                                     "<answer>...</answer>")
+        answer = numbers[-1].replace(",", "")
+        return ParseResult(calls=[clean_call(ToolCall(name=self.tool, arguments={"answer": answer}))])
+
+
 def answer_syntax(parser: ToolCallParser, placeholder: str = "...") -> str:
     """How a final answer is written under ``parser``, for system prompts: an ``<answer>`` tag where
     the parser reads one, else a call of the ``answer`` tool."""
@@ -199,6 +220,7 @@ def answer_syntax(parser: ToolCallParser, placeholder: str = "...") -> str:
 PARSERS: dict[str, type[ToolCallParser]] = {
     "default": DefaultParser,
     "answer_tag": AnswerTagParser,
+    "last_number": LastNumberParser,
     "hermes": HermesParser,
     "json": JsonParser,
 }

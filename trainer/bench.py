@@ -79,17 +79,19 @@ class BenchSettings:
     lr: float = 1e-5
     threads: int = 1
     seed: int = 0
+    #: each round runs both sides once (warmup + steps each), the order alternating between rounds
+    rounds: int = 3
     mode: str = "both"
     memory_steps: int = 50
     memory_from: int = 10
-    #: TRL's own default (GRPOConfig.gradient_checkpointing=True); our trainer does not checkpoint activations
+    #: TRL's own default (GRPOConfig.gradient_checkpointing=True); ours is activation_checkpointing: auto
     trl_gradient_checkpointing: bool = True
     split: str = "train"
     modes: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=lambda: dict(MODES))
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in (
-            ("steps", 1), ("warmup", 0), ("group_size", 2), ("prompts", 1), ("max_new_tokens", 1),
+            ("steps", 1), ("warmup", 0), ("rounds", 1), ("group_size", 2), ("prompts", 1), ("max_new_tokens", 1),
             ("threads", 1), ("memory_steps", 0), ("memory_from", 1)) if getattr(self, name) < low]
         if self.mode not in ("single", "multi", "both"):
             problems.append(f"mode must be single, multi or both, got {self.mode!r}")
@@ -210,8 +212,28 @@ def ratios(ours: dict[str, Any], trl: dict[str, Any]) -> dict[str, float]:
     return {"time": ours["seconds_per_step"] / trl["seconds_per_step"], "memory": ours["peak_rss_mb"] / trl["peak_rss_mb"]}
 
 
+def spread(values: list[float]) -> dict[str, Any]:
+    """The median of ``values`` with their range: how far apart the rounds were."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+
+
+def pooled(rounds: list[dict[str, Any]], side: str) -> dict[str, Any]:
+    """One side's figures over all rounds: the median of every measured step, the median peak RSS."""
+    figures = [r[side] for r in rounds]
+    measured = [t for f in figures for t in f["step_seconds"][f["warmup"]:]]
+    known = lambda key: [f[key] for f in figures if f[key] is not None]  # noqa: E731
+    return {**figures[-1], "seconds_per_step": statistics.median(measured), "measured_steps": len(measured),
+            "peak_rss_mb": statistics.median(f["peak_rss_mb"] for f in figures),
+            "step_seconds": [t for f in figures for t in f["step_seconds"]],
+            "rss_mb_after_step": [m for f in figures for m in f["rss_mb_after_step"]],
+            **{key: statistics.fmean(v) if (v := known(key)) else None
+               for key in ("reward_mean", "loss", "completion_tokens_mean")}}
+
+
 def bench_mode(s: BenchSettings, mode: str, model: Path, work: Path) -> dict[str, Any]:
-    """One mode, both sides, each in its own subprocess (ours first, then TRL)."""
+    """One mode, both sides, each in its own subprocess, ``s.rounds`` times with the order alternating
+    (ours first in round 1, TRL first in round 2, ...), so that a machine that slows down or speeds
+    up during the run weighs on both sides alike."""
     env_id, env_args = s.modes[mode]
     tasks = first_tasks(env_id, env_args, s.split, s.prompts)
     here = work / mode
@@ -219,19 +241,27 @@ def bench_mode(s: BenchSettings, mode: str, model: Path, work: Path) -> dict[str
     curriculum = here / "tasks.json"
     curriculum.write_text(json.dumps({"task_ids": tasks}), encoding="utf-8")
     total = s.warmup + s.steps
-    spec = {"mode": mode, "env_id": env_id, "env_args": env_args, "split": s.split, "task_ids": tasks,
-            "model": str(model), "settings": _plain(s), "response_budget": s.response_budget(mode),
-            "ours_config": ours_config(s, mode, model, here / "ours-run", curriculum, total)}
-    spec_path = here / "spec.json"
-    spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    sides = {}
-    for side in ("ours", "trl"):
-        out = here / f"{side}.json"
-        argv = [sys.executable, "-m", "envhub.trainer.bench", "_child", side, str(spec_path), str(out)]
-        peak = run_child(argv, child_env(s.threads), here / f"{side}.log")
-        sides[side] = side_figures(json.loads(out.read_text(encoding="utf-8")), peak, s.warmup)
+    rounds = []
+    for number in range(1, s.rounds + 1):
+        spec = {"mode": mode, "env_id": env_id, "env_args": env_args, "split": s.split, "task_ids": tasks,
+                "model": str(model), "settings": _plain(s), "response_budget": s.response_budget(mode),
+                "ours_config": ours_config(s, mode, model, here / f"ours-run-{number}", curriculum, total)}
+        spec_path = here / f"spec-{number}.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        order = ("ours", "trl") if number % 2 else ("trl", "ours")
+        sides = {}
+        for side in order:
+            out = here / f"{side}-{number}.json"
+            argv = [sys.executable, "-m", "envhub.trainer.bench", "_child", side, str(spec_path), str(out)]
+            peak = run_child(argv, child_env(s.threads), here / f"{side}-{number}.log")
+            sides[side] = {**side_figures(json.loads(out.read_text(encoding="utf-8")), peak, s.warmup),
+                           "warmup": s.warmup}
+        rounds.append({"round": number, "order": list(order), **sides, "ratio": ratios(sides["ours"], sides["trl"])})
+    ours, trl = pooled(rounds, "ours"), pooled(rounds, "trl")
     return {"env": env_id, "env_args": env_args, "task_ids": tasks, "completions_per_step": s.completions,
-            "max_completion_tokens": s.response_budget(mode), **sides, "ratio": ratios(sides["ours"], sides["trl"])}
+            "max_completion_tokens": s.response_budget(mode), "ours": ours, "trl": trl, "rounds": rounds,
+            "ratio": {key: statistics.median(r["ratio"][key] for r in rounds) for key in ("time", "memory")},
+            "ratio_spread": {key: spread([r["ratio"][key] for r in rounds]) for key in ("time", "memory")}}
 
 
 def memory_check(s: BenchSettings, work: Path) -> dict[str, Any]:
@@ -276,7 +306,8 @@ def run_bench(out: Callable[[str], object] = print, settings: BenchSettings | No
                                                "both": "fp32, CPU, OMP/MKL/torch threads equal, TRL without vLLM"},
                                   "targets": TARGETS}
         for mode in ("single", "multi") if s.mode == "both" else (s.mode,):
-            out(f"measuring {mode}-turn: ours, then TRL ({s.warmup} warmup + {s.steps} measured steps each) ...")
+            out(f"measuring {mode}-turn: {s.rounds} round(s) of both sides, the order alternating "
+                f"({s.warmup} warmup + {s.steps} measured steps per side and round) ...")
             result[mode] = _or_error(bench_mode, s, mode, model, work)
         if s.memory_steps:
             out(f"memory check: python -m envhub.trainer, tiny model, {s.memory_steps} steps ...")
@@ -313,8 +344,9 @@ def table(result: dict[str, Any]) -> list[str]:
     lines = [f"model {s['model']} ({s['model_dir']}); {s['prompts']} prompts x {s['group_size']} = "
              f"{s['completions_per_step']} completions per step in micro-batches of "
              f"{s['micro_batch_size'] or s['completions_per_step']}, max_new_tokens {s['max_new_tokens']}, "
-             f"temperature {s['temperature']}, {s['threads']} thread(s); median of {s['steps']} steps after "
-             f"{s['warmup']} warmup; TRL gradient_checkpointing={s['trl_gradient_checkpointing']}"]
+             f"temperature {s['temperature']}, {s['threads']} thread(s); {s['rounds']} round(s) of both sides, "
+             f"the order alternating, {s['steps']} measured step(s) after {s['warmup']} warmup per side and round; "
+             f"TRL gradient_checkpointing={s['trl_gradient_checkpointing']}"]
     for mode in ("single", "multi"):
         if mode not in result:
             continue
@@ -330,8 +362,13 @@ def table(result: dict[str, Any]) -> list[str]:
             reward = "-" if f["reward_mean"] is None else f"{f['reward_mean']:.3f}"
             lines.append(f"  {side:6} {f['seconds_per_step']:8.2f} {f['peak_rss_mb']:13.0f} {tokens:>13} {reward:>7}")
         t, m = r["ratio"]["time"], r["ratio"]["memory"]
-        lines.append(f"  ours/TRL: time {t:.2f}x (target <= {TARGETS['time']}x: {_met(t <= TARGETS['time'])}), "
+        lines.append(f"  ours/TRL, median of {len(r['rounds'])} round(s): time {t:.2f}x "
+                     f"(target <= {TARGETS['time']}x: {_met(t <= TARGETS['time'])}), "
                      f"memory {m:.2f}x (target <= {TARGETS['memory']}x: {_met(m <= TARGETS['memory'])})")
+        ts, ms = r["ratio_spread"]["time"], r["ratio_spread"]["memory"]
+        lines.append(f"  spread over the rounds: time {ts['min']:.2f}x-{ts['max']:.2f}x, memory {ms['min']:.2f}x-"
+                     f"{ms['max']:.2f}x; per round (first side first): " + ", ".join(
+                         f"{'/'.join(x['order'])} {x['ratio']['time']:.2f}x" for x in r["rounds"]))
         lines.append(f"  per step, ours: {r['ours']['does']}")
         lines.append(f"  per step, TRL:  {r['trl']['does']}")
     mem = result.get("memory")
@@ -409,6 +446,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=d.model, help="tiny, smollm2-135m, or a local model dir")
     p.add_argument("--steps", type=int, default=d.steps, help="measured steps per side")
     p.add_argument("--warmup", type=int, default=d.warmup, help="steps per side before the measured ones")
+    p.add_argument("--rounds", type=int, default=d.rounds,
+                   help="rounds of both sides, the order alternating; the ratio is the median of the rounds'")
     p.add_argument("--group-size", type=int, default=d.group_size)
     p.add_argument("--prompts", type=int, default=d.prompts, help="distinct prompts (groups) per step")
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
@@ -437,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         settings = BenchSettings(
-            model=args.model, steps=args.steps, warmup=args.warmup, group_size=args.group_size, prompts=args.prompts,
+            model=args.model, steps=args.steps, warmup=args.warmup, rounds=args.rounds, group_size=args.group_size, prompts=args.prompts,
             max_new_tokens=args.max_new_tokens, max_response_tokens=args.max_response_tokens,
             micro_batch_size=args.micro_batch_size,
             temperature=args.temperature, threads=args.threads, seed=args.seed, mode=args.mode,

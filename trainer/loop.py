@@ -386,7 +386,7 @@ class Trainer:
         self._fix_reference()  # run() fixes it before step 1; this is for a train_step called alone
         m = self.models
         return update_policy(m.model, m.optimizer, m.scheduler, samples, config=self.config, dist=self.dist,
-                             reference=m.reference, pad_id=m.pad_id)
+                             reference=m.reference, pad_id=m.pad_id, checkpointing=m.checkpointing)
 
     def push_weights(self, update: dict[str, Any]) -> None:
         """After an update, the engine samples with the new weights, as the next weight version."""
@@ -453,8 +453,8 @@ class Trainer:
         assert self.config.sft is not None
         t0 = time.monotonic()
         curve = sft.run_sft(self.models.model, self.sft_examples, self.config.sft, seed=self.config.seed,
-                            grad_clip=self.config.optim.grad_clip, dist=self.dist, pad_id=self.models.pad_id,
-                            log=self.log)
+                            optim=self.config.optim, dist=self.dist, pad_id=self.models.pad_id, log=self.log,
+                            checkpointing=self.models.checkpointing)
         if self.dist.is_main:
             write_json_atomic(self.files.sft_path, {"examples": len(self.sft_examples), "seconds": time.monotonic() - t0,
                                                     "steps": curve, "final_entropy": curve[-1]["entropy"] if curve else None})

@@ -19,8 +19,9 @@ import torch
 
 from envhub.adapters.model_policy import ModelPolicy
 from envhub.trainer import fsdp
+from envhub.trainer.activations import ActivationCheckpointing
 from envhub.trainer.config import TrainConfig
-from envhub.trainer.update import lr_factor
+from envhub.trainer.update import adamw, lr_factor
 from envhub.trainer.weight_sync import WeightSyncError, weight_sync_for
 
 
@@ -45,12 +46,12 @@ class PolicyModels:
         self.engine = self._make_engine(model)
         try:
             optim = config.optim
-            if optim.activation_checkpointing:
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            self.checkpointing = ActivationCheckpointing(model, optim.activation_checkpointing,
+                                                         optim.activation_memory_fraction)
             self.model = fsdp.shard_model(model, dist)
             self.model.eval()  # train mode only inside an update: the engine may sample from this module
-            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=optim.lr, betas=optim.betas,
-                                               eps=optim.eps, weight_decay=optim.weight_decay)
+            self.optimizer = adamw(self.model.parameters(), fused=optim.fused_optimizer and dist.world_size == 1,
+                                   lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay)
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda update: lr_factor(self.config, update))
             self.sync = weight_sync_for(self.engine, base_model_dir=model_dir, staging_dir=staging_dir,

@@ -27,9 +27,10 @@ from envhub.adapters.model_policy import ModelPolicy
 from envhub.adapters.token_record import TokenRecord
 from envhub.run_dir import Run
 from envhub.trainer import fsdp
+from envhub.trainer.activations import ActivationCheckpointing
 from envhub.trainer.batch import TrainingSample, micro_batches, policy_logprobs
-from envhub.trainer.config import SFTConfig
-from envhub.trainer.update import pad_to_same_count
+from envhub.trainer.config import OptimConfig, SFTConfig
+from envhub.trainer.update import adamw, pad_to_same_count
 from envhub.types import Observation, TokenView, TrajectoryRecord
 
 
@@ -114,24 +115,27 @@ def longest_turn(sample: TrainingSample) -> int:
 
 
 def run_sft(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig, *, seed: int,
-            grad_clip: float | None, dist: fsdp.DistInfo, pad_id: int,
-            log: Callable[[str], None]) -> list[dict[str, float]]:
+            optim: OptimConfig, dist: fsdp.DistInfo, pad_id: int, log: Callable[[str], None],
+            checkpointing: ActivationCheckpointing | None = None) -> list[dict[str, float]]:
     """The SFT stage on ``samples`` (from :func:`sft_samples`): ``config.epochs`` passes, ``config.batch_size``
     examples per optimizer step (each rank takes every ``world_size``-th one), stopped early once a step's
     mean token entropy is below ``config.min_entropy``; returns each step's ``{step, epoch, loss, entropy}``
-    (loss: the token NLL)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    (loss: the token NLL). ``optim`` gives the gradient clip and whether AdamW is fused; ``checkpointing``
+    decides per micro-batch whether activations are recomputed."""
+    optimizer = adamw(model.parameters(), fused=optim.fused_optimizer and dist.world_size == 1, lr=config.lr,
+                      weight_decay=0.0)
     model.train()
     try:
-        return _steps(model, samples, config, optimizer, seed=seed, grad_clip=grad_clip, dist=dist, pad_id=pad_id,
-                      log=log)
+        return _steps(model, samples, config, optimizer, seed=seed, grad_clip=optim.grad_clip, dist=dist,
+                      pad_id=pad_id, log=log, checkpointing=checkpointing)
     finally:
         model.eval()  # the in-process engine may sample from this very module
 
 
 def _steps(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig,
            optimizer: torch.optim.Optimizer, *, seed: int, grad_clip: float | None, dist: fsdp.DistInfo,
-           pad_id: int, log: Callable[[str], None]) -> list[dict[str, float]]:
+           pad_id: int, log: Callable[[str], None],
+           checkpointing: ActivationCheckpointing | None) -> list[dict[str, float]]:
     curve: list[dict[str, float]] = []
     per_epoch = -(-len(samples) // config.batch_size)
     total, started = config.epochs * per_epoch, time.monotonic()
@@ -142,6 +146,8 @@ def _steps(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SF
             tokens = float(sum(s.sampled_tokens for s in batch)) or 1.0
             loss = ent_sum = ent_tokens = 0.0
             for mb in micro:
+                if checkpointing is not None:
+                    checkpointing.prepare(mb.input_ids)
                 part, ent = sft_loss(model, mb, batch_tokens=tokens)
                 part.backward()
                 loss += float(part.detach())

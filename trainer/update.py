@@ -25,8 +25,21 @@ from typing import Any
 import torch
 
 from envhub.trainer import fsdp, grpo
+from envhub.trainer.activations import ActivationCheckpointing
 from envhub.trainer.batch import MicroBatch, TrainingSample, collate, micro_batches, policy_logprobs
 from envhub.trainer.config import TrainConfig
+
+
+def adamw(params: Any, *, fused: bool, **settings: Any) -> torch.optim.AdamW:
+    """AdamW, with its fused kernel when ``fused`` and this torch supports it for these parameters
+    (the same update as the for-each implementation, in one pass; sharded DTensors keep for-each)."""
+    params = list(params)
+    if fused:
+        try:
+            return torch.optim.AdamW(params, fused=True, **settings)
+        except (RuntimeError, TypeError):
+            pass
+    return torch.optim.AdamW(params, **settings)
 
 
 def lr_factor(config: TrainConfig, update: int) -> float:
@@ -48,8 +61,9 @@ def lr_factor(config: TrainConfig, update: int) -> float:
 
 def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, samples: list[TrainingSample],
                   *, config: TrainConfig, dist: fsdp.DistInfo, reference: torch.nn.Module | None,
-                  pad_id: int) -> dict[str, Any]:
-    """Train on ``samples`` (this rank's share); returns the step's statistics, summed over ranks."""
+                  pad_id: int, checkpointing: ActivationCheckpointing | None = None) -> dict[str, Any]:
+    """Train on ``samples`` (this rank's share); returns the step's statistics, summed over ranks.
+    ``checkpointing`` decides per micro-batch whether activations are recomputed (None: as the model is)."""
     algo, optim = config.algorithm, config.optim
     temperature = algo.temperature if algo.temperature is not None else config.sampling.temperature
     minis = [samples[i::optim.updates_per_step] for i in range(optim.updates_per_step)]
@@ -58,14 +72,15 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
     model.train()
     try:
         return _update(model, optimizer, scheduler, samples, micro, config=config, dist=dist, reference=reference,
-                       temperature=temperature)
+                       temperature=temperature, checkpointing=checkpointing)
     finally:
         model.eval()  # the in-process engine may sample from this very module
 
 
 def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, samples: list[TrainingSample],
             micro: list[list[MicroBatch]], *, config: TrainConfig, dist: fsdp.DistInfo,
-            reference: torch.nn.Module | None, temperature: float) -> dict[str, Any]:
+            reference: torch.nn.Module | None, temperature: float,
+            checkpointing: ActivationCheckpointing | None) -> dict[str, Any]:
     algo, optim = config.algorithm, config.optim
     old = [[old_logprobs(model, mb, config, reference, temperature) for mb in m] for m in micro]
     stats = StepStats()
@@ -77,6 +92,8 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler:
             advance_schedule(scheduler)
             continue
         for mb, (old_logp, is_weights, ref_logp, mismatch) in zip(m, olds, strict=True):
+            if checkpointing is not None:
+                checkpointing.prepare(mb.input_ids)
             logp, ent = policy_logprobs(model, mb, temperature=temperature, with_entropy=True)
             loss, loss_stats = grpo.policy_loss(
                 logp, old_logp, mb.advantages, mb.mask, loss=algo.loss, clip_low=algo.clip_low,

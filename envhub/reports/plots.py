@@ -21,6 +21,10 @@ CLASS_COLORS = {
 }
 
 
+#: the smallest text in a plot: legends, tick labels and annotations stay readable at the report's width
+SMALL_TEXT = 8
+
+
 def new_panels(rows: int, cols: int, width: float, height: float):  # -> (Figure, list[Axes])
     """A figure of ``rows`` x ``cols`` axes, on no display and outside pyplot's global state."""
     from matplotlib.figure import Figure
@@ -49,13 +53,13 @@ def outcome_mix(data: RunData) -> bytes:
     counts = data.summary["by_outcome"]
     names = [o.value for o in Outcome]
     bars = ax.bar(names, [counts[n] for n in names], color=[CLASS_COLORS[o.outcome_class] for o in Outcome])
-    ax.bar_label(bars, fmt="%d", fontsize=8)
+    ax.bar_label(bars, fmt="%d", fontsize=SMALL_TEXT)
     ax.set_ylabel("episodes")
     ax.set_title(f"outcomes of {data.summary['attempted']} episodes (colour: class)")
     ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=k.value) for k, c in CLASS_COLORS.items()], fontsize=7)
+    ax.legend(handles=[Patch(color=c, label=k.value) for k, c in CLASS_COLORS.items()], fontsize=SMALL_TEXT)
     return png(fig)
 
 
@@ -74,7 +78,7 @@ def _rate_bars(groups: dict, title: str, xlabel: str) -> bytes:
     labels = [str(k) for k in groups]
     values: list[Group] = list(groups.values())
     bars = ax.bar(labels, [g.strict_rate for g in values], color="#2e7d32")
-    ax.bar_label(bars, labels=[f"{g.successes}/{g.attempted}" for g in values], fontsize=8)
+    ax.bar_label(bars, labels=[f"{g.successes}/{g.attempted}" for g in values], fontsize=SMALL_TEXT)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("strict success rate")
     ax.set_xlabel(xlabel)
@@ -101,7 +105,7 @@ def time_split(data: RunData) -> bytes:
         left += seconds
     ax.set_xlabel("seconds, summed over episodes")
     ax.set_title("time split")
-    ax.legend(fontsize=7, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    ax.legend(fontsize=SMALL_TEXT, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
     return png(fig)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from envhub.reports.data import LOADERS, RunData, RunDirError, load_rollout
-from envhub.reports.plots import PLOTS, new_figure, new_panels, outcome_mix, png
+from envhub.reports.plots import PLOTS, SMALL_TEXT, new_figure, new_panels, outcome_mix, png
 from envhub.rollout.stats import paired
 from envhub.rollout.summary import slim, summarize
 from envhub.run_dir import TrainingRun
@@ -243,25 +243,38 @@ def _step_axis(ax) -> None:
     ax.ticklabel_format(axis="y", useOffset=False)
 
 
+def merged_series(data: TrainingData, keys: dict[str, str]) -> list[tuple[str, list[int], list[float]]]:
+    """The recorded series of ``keys`` (label -> key), identical ones merged into one line whose label
+    names them all ("reward mean = strict success"): a line drawn on top of another hides it."""
+    merged: list[tuple[str, list[int], list[float]]] = []
+    for label, key in keys.items():
+        xs, ys = data.series(key)
+        if not xs:
+            continue
+        same = next((i for i, (_, mx, my) in enumerate(merged) if (mx, my) == (xs, ys)), None)
+        if same is None:
+            merged.append((label, xs, ys))
+        else:
+            merged[same] = (f"{merged[same][0]} = {label}", xs, ys)
+    return merged
+
+
 def _lines(data: TrainingData, ax, keys: dict[str, str], title: str, ylabel: str = "") -> None:
     """One line per recorded key (label -> key); a panel without any says so instead of staying blank."""
     _step_axis(ax)
-    drawn = 0
-    for label, key in keys.items():
-        xs, ys = data.series(key)
-        if xs:
-            ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, label=label)
-            drawn += 1
+    drawn = merged_series(data, keys)
+    for label, xs, ys in drawn:
+        ax.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, label=label)
     ax.set_title(title, fontsize=9)
-    ax.set_xlabel("step", fontsize=8)
+    ax.set_xlabel("step", fontsize=SMALL_TEXT)
     if ylabel:
-        ax.set_ylabel(ylabel, fontsize=8)
-    ax.tick_params(labelsize=7)
+        ax.set_ylabel(ylabel, fontsize=SMALL_TEXT)
+    ax.tick_params(labelsize=SMALL_TEXT)
     if drawn:
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=SMALL_TEXT)
     else:
         ax.text(0.5, 0.5, "not recorded\n(" + ", ".join(keys.values()) + ")", ha="center", va="center",
-                fontsize=7, transform=ax.transAxes, color="#757575")
+                fontsize=SMALL_TEXT, transform=ax.transAxes, color="#757575")
 
 
 def reward_over_steps(data: TrainingData) -> bytes:
@@ -275,11 +288,11 @@ def reward_over_steps(data: TrainingData) -> bytes:
     _step_axis(val)
     val.plot(xs, ys, marker="s", color="#6a1b9a", label="strict success")
     for e, x, y in zip([e for e in data.evals if stat(e, "strict_success") is not None], xs, ys, strict=True):
-        val.annotate(str(e["tag"]), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        val.annotate(str(e["tag"]), (x, y), fontsize=SMALL_TEXT, xytext=(3, 3), textcoords="offset points")
     val.set_ylim(-0.05, 1.05)
     val.set_title(f"validation: {data.validation_split} split (evals.jsonl)", fontsize=9)
-    val.set_xlabel("step", fontsize=8)
-    val.tick_params(labelsize=7)
+    val.set_xlabel("step", fontsize=SMALL_TEXT)
+    val.tick_params(labelsize=SMALL_TEXT)
     if not xs:
         val.text(0.5, 0.5, "no validation evals", ha="center", va="center", transform=val.transAxes)
     return png(fig)
@@ -299,7 +312,7 @@ def outcomes_over_steps(data: TrainingData) -> bytes:
     ax.set_xlabel("step")
     ax.set_ylabel("episodes")
     ax.set_title("outcome mix per step (every outcome listed; infra in purple)")
-    ax.legend(fontsize=6, ncols=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(fontsize=SMALL_TEXT, ncols=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return png(fig)
 
 
@@ -311,7 +324,7 @@ def groups_over_steps(data: TrainingData) -> bytes:
           if stat(r, "kept") is not None and stat(r, "attempted")]
     if xs:
         ax.plot(xs, ys, marker="x" if len(xs) <= 30 else None, markersize=4, linestyle="--", label="kept / attempted")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=SMALL_TEXT)
     ax.set_ylim(-0.05, 1.05)
     return png(fig)
 
@@ -326,7 +339,11 @@ def cost_over_steps(data: TrainingData) -> bytes:
     _step_axis(tps)
     tps.plot(xs, ys, marker="o" if len(xs) <= 30 else None, markersize=3, color="#ef6c00")
     tps.set_title("sampled tokens per success (steps with a success)", fontsize=9)
-    tps.set_xlabel("step", fontsize=8)
+    tps.set_xlabel("step", fontsize=SMALL_TEXT)
+    tps.tick_params(labelsize=SMALL_TEXT)
+    if not xs:
+        tps.text(0.5, 0.5, "no step had a success", ha="center", va="center", fontsize=SMALL_TEXT,
+                 transform=tps.transAxes, color="#757575")
     _lines(data, speed, {"tokens / s (rollout)": "tokens_per_second"}, "sampling speed")
     return png(fig)
 
@@ -343,10 +360,27 @@ HEALTH = {
 }
 
 
-def health_over_steps(data: TrainingData) -> bytes:
-    fig, axes = new_panels(2, 3, 10.4, 5.2)
-    for ax, (title, keys) in zip(axes, HEALTH.items(), strict=True):
+def health_panels(data: TrainingData) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """The health panels with something recorded, and the titles of the others."""
+    shown = {title: keys for title, keys in HEALTH.items() if merged_series(data, keys)}
+    return shown, [title for title in HEALTH if title not in shown]
+
+
+def health_over_steps(data: TrainingData) -> bytes | None:
+    """Only the panels with something recorded (a run without a reference has no KL); the figure's
+    title names the rest. None when nothing was recorded at all."""
+    shown, missing = health_panels(data)
+    if not shown:
+        return None
+    cols = min(3, len(shown))
+    rows = -(-len(shown) // cols)
+    fig, axes = new_panels(rows, cols, 3.5 * cols, 2.7 * rows)
+    for ax, (title, keys) in zip(axes[:len(shown)], shown.items(), strict=True):
         _lines(data, ax, keys, title)
+    for ax in axes[len(shown):]:
+        ax.set_visible(False)
+    if missing:
+        fig.suptitle("not recorded in this run: " + ", ".join(missing), fontsize=SMALL_TEXT, color="#757575")
     return png(fig)
 
 
@@ -372,21 +406,21 @@ def time_over_steps(data: TrainingData) -> bytes:
     ax.set_xlabel("step")
     ax.set_ylabel("seconds")
     ax.set_title("time per step")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=SMALL_TEXT)
     return png(fig)
 
 
-def lag_over_steps(data: TrainingData) -> bytes:
+def lag_over_steps(data: TrainingData) -> bytes | None:
+    xs, ys = data.series("weight_version_lag")
+    if not xs:
+        return None
     fig, ax = new_figure(6.4, 3.0)
     _step_axis(ax)
-    xs, ys = data.series("weight_version_lag")
     ax.plot(xs, ys, marker="o", markersize=3 if len(xs) <= 60 else 0, drawstyle="steps-mid", color="#00838f")
     ax.set_ylim(-0.5, max([1.0, *ys]) + 0.5)
     ax.set_xlabel("step")
     ax.set_ylabel("weight versions")
     ax.set_title("weight-version lag of the step's samples (max)")
-    if not xs:
-        ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes)
     return png(fig)
 
 

@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from envhub.env import Budget, Env
-from envhub.parsing import answer_syntax, format_tool_call
+from envhub.parsing import LastNumberParser, answer_syntax, format_tool_call
 from envhub.tools import tool
 from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, LayeredVerifier
@@ -184,6 +184,8 @@ class ReasoningGymEnv(Env):
                                partial_credit=self.partial_credit)
 
     def system_prompt(self, task: Task) -> str:
+        if isinstance(self.parser, LastNumberParser):
+            return "Solve the problem. End your reply with the final answer, a number, and nothing after it."
         return (
             "Solve the problem. When you are done, give only the final answer, once, in the form the "
             f"problem asks for, by writing {answer_syntax(self.parser)}."

@@ -53,3 +53,25 @@ def test_the_answer_tag_parser_reads_one_final_answer_or_a_tool_call():
     assert missing.calls == [] and "<answer>...</answer>" in missing.error
     assert answer_syntax(parser, "X") == "<answer>X</answer>"
     assert answer_syntax(PARSERS["default"](), "X").startswith("<tool_call>")
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("6 + 1 = 7", "7"),
+    ("The total is 1,234.", "1234"),
+    ("First 3, then -12.5", "-12.5"),
+    ("so x = 7/8\n", "7/8"),
+    ("I think 7 but the answer is <answer>8</answer>", "8"),  # a tag wins over the prose
+])
+def test_the_last_number_parser_grades_exactly_one_value(text, answer):
+    (call,) = PARSERS["last_number"]().parse(text).calls
+    assert (call.name, call.arguments) == ("answer", {"answer": answer})
+
+
+def test_the_last_number_parser_explains_a_reply_without_a_number_and_refuses_two_tags():
+    parser = PARSERS["last_number"]()
+    none = parser.parse("I do not know.")
+    assert none.calls == [] and "end with the answer as a number" in none.error
+    hedge = parser.parse("<answer>7</answer> <answer>8</answer>")
+    assert hedge.calls == [] and "2 <answer> blocks" in hedge.error
+    (call,) = parser.parse('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>').calls
+    assert call.name == "python"

@@ -22,29 +22,40 @@ pytest.importorskip("trl")
 def test_bench_runs_both_sides_and_computes_the_ratios(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "envhub.trainer.bench", "--mode", "single", "--warmup", "1", "--steps", "1",
+        [sys.executable, "-m", "envhub.trainer.bench", "--mode", "single", "--warmup", "1", "--steps", "1", "--rounds", "2",
          "--max-new-tokens", "4", "--micro-batch-size", "4", "--memory-steps", "2", "--memory-from", "1", "--out", str(out),
          "--work-dir", str(tmp_path / "work")],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
-    assert "ours/TRL: time" in proc.stdout and "memory: RSS" in proc.stdout
+    assert "memory: RSS" in proc.stdout
     assert "multi" not in result
 
     single = result["single"]
+    rounds = single["rounds"]
+    assert [r["order"] for r in rounds] == [["ours", "trl"], ["trl", "ours"]]  # the order alternates
     for side in ("ours", "trl"):
-        figures = single[side]
-        assert len(figures["step_seconds"]) == 2  # 1 warmup + 1 measured
-        assert figures["seconds_per_step"] == statistics.median(figures["step_seconds"][1:]) > 0
-        assert figures["peak_rss_mb"] > 0 and all(r > 0 for r in figures["rss_mb_after_step"])
-        assert 0 < figures["completion_tokens_mean"] <= 4
-        assert figures["does"]
+        for r in rounds:
+            figures = r[side]
+            assert len(figures["step_seconds"]) == 2  # 1 warmup + 1 measured
+            assert figures["seconds_per_step"] == statistics.median(figures["step_seconds"][1:]) > 0
+            assert figures["peak_rss_mb"] > 0 and all(m > 0 for m in figures["rss_mb_after_step"])
+            assert 0 < figures["completion_tokens_mean"] <= 4
+            assert figures["does"]
+        pooled = single[side]
+        assert pooled["measured_steps"] == 2
+        assert pooled["seconds_per_step"] == statistics.median(r[side]["step_seconds"][1] for r in rounds)
+        assert pooled["peak_rss_mb"] == statistics.median(r[side]["peak_rss_mb"] for r in rounds)
     # the same prompts, token for token in length: TRL's string prompts are rendered as our policy renders them
     assert single["ours"]["prompt_tokens_mean"] == single["trl"]["prompt_tokens_mean"] > 0
     assert single["completions_per_step"] == result["settings"]["completions_per_step"] == 8
-    assert single["ratio"] == ratios(single["ours"], single["trl"])
-    assert single["ratio"]["time"] == single["ours"]["seconds_per_step"] / single["trl"]["seconds_per_step"]
-    assert single["ratio"]["memory"] == single["ours"]["peak_rss_mb"] / single["trl"]["peak_rss_mb"]
+    for r in rounds:
+        assert r["ratio"] == ratios(r["ours"], r["trl"])
+    per_round = [r["ratio"]["time"] for r in rounds]
+    assert single["ratio"]["time"] == statistics.median(per_round)
+    assert single["ratio_spread"]["time"] == {"median": statistics.median(per_round), "min": min(per_round),
+                                              "max": max(per_round), "values": per_round}
+    assert "median of 2 round(s)" in proc.stdout and "ours/trl" in proc.stdout and "trl/ours" in proc.stdout
 
     memory = result["memory"]
     assert memory["steps"] == 2 and len(memory["rss_mb_by_step"]) == 2
@@ -53,12 +64,14 @@ def test_bench_runs_both_sides_and_computes_the_ratios(tmp_path: Path) -> None:
         100 * (memory["rss_to_mb"] - memory["rss_from_mb"]) / memory["rss_from_mb"])
     first, last = memory["rss_mb_by_step"][0], statistics.median(memory["rss_mb_by_step"])  # windows of 1 and 2 steps
     assert memory["window_growth_pct"] == pytest.approx(100 * (last - first) / first)
-    assert latest_checkpoint(tmp_path / "work" / "single" / "ours-run") is None  # measured steps never save
+    for number in (1, 2):  # measured steps never save
+        assert latest_checkpoint(tmp_path / "work" / "single" / f"ours-run-{number}") is None
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--steps", "0"], "steps must be >= 1"),
     (["--group-size", "1"], "group_size must be >= 2"),
+    (["--rounds", "0"], "rounds must be >= 1"),
     (["--memory-steps", "5", "--memory-from", "10"], "memory_steps (5) must be above memory_from (10)"),
     (["--temperature", "0"], "temperature must be > 0"),
 ])
