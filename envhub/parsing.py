@@ -16,7 +16,8 @@ from envhub.types import Action, ToolCall
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+#: A number in prose: commas only as thousands separators (``1,234``), so a list ``1,2,3`` is three numbers.
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:/\d+)?")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: How deep a call's arguments may nest (dicts and lists); deeper cannot be stored as a record.
@@ -191,7 +192,7 @@ class AnswerTagParser:
 
 class LastNumberParser(AnswerTagParser):
     """As the answer-tag parser; prose without a tag answers with its last number (``-12``, ``3.5``,
-    ``7/8``; thousands commas dropped), as lm-evaluation-harness's flexible extraction reads GSM8K.
+    ``7/8``; commas only as thousands separators), as lm-evaluation-harness's flexible extraction reads GSM8K.
 
     For numeric tasks where the format is not what is being learned: an untrained model that
     writes ``3 + 4 = 7`` has answered 7. Only one value is ever graded, so listing candidates

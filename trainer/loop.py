@@ -52,9 +52,23 @@ from envhub.trainer.update import update_policy
 from envhub.trainer.weight_sync import write_hf_dir
 from envhub.types import Outcome
 
-#: Settings a resumed run may change; any other difference means another run.
+#: Settings a resumed run may change (a section's field as ``section.field``): how long it runs, what it
+#: reports, and how fast or in how much memory it computes the same update; any other difference
+#: means another run.
 RESUMABLE_CHANGES = {"steps", "eval", "metrics_port", "tensorboard", "audit_failure", "checkpoint_every",
-                     "keep_checkpoints", "weight_sync_timeout_s", "threads"}
+                     "keep_checkpoints", "weight_sync_timeout_s", "threads", "optim.activation_checkpointing",
+                     "optim.activation_memory_fraction", "optim.fused_optimizer"}
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A dumped config as ``section.field`` keys, so a difference is named down to the field."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{field}": inner for field, inner in value.items()})
+        else:
+            flat[key] = value
+    return flat
 
 
 class TrainingError(RuntimeError):
@@ -121,10 +135,12 @@ class Trainer:
             before = json.loads(path.read_text(encoding="utf-8"))
             with contextlib.suppress(ValueError):  # a config saved before a setting existed: its default
                 before = parse_config(before).dump()
-            differ = sorted(k for k in {*before, *mine} if before.get(k) != mine.get(k) and k not in RESUMABLE_CHANGES)
+            saved, now = _settings(before), _settings(mine)
+            differ = sorted(k for k in {*saved, *now} if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES
+                            and k.split(".")[0] not in RESUMABLE_CHANGES)
             if differ:
-                raise TrainingError(f"{self.run_dir} holds another run (different {', '.join(differ)}); "
-                                    "use another run_dir")
+                shown = "; ".join(f"{k}: {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ[:4])
+                raise TrainingError(f"{self.run_dir} holds another run (different {shown}); use another run_dir")
             if not resume and ckpt.latest_checkpoint(self.run_dir) is not None:
                 raise TrainingError(f"{self.run_dir} already has checkpoints: pass --resume to continue it, "
                                     "or use another run_dir")

@@ -58,6 +58,9 @@ def test_the_answer_tag_parser_reads_one_final_answer_or_a_tool_call():
 @pytest.mark.parametrize("text, answer", [
     ("6 + 1 = 7", "7"),
     ("The total is 1,234.", "1234"),
+    ("-1,000,000.5 in all", "-1000000.5"),
+    ("the digits are 1,2,3", "3"),  # a list, not one hundred and twenty-three
+    ("1,2345", "2345"),  # not a thousands group
     ("First 3, then -12.5", "-12.5"),
     ("so x = 7/8\n", "7/8"),
     ("I think 7 but the answer is <answer>8</answer>", "8"),  # a tag wins over the prose
