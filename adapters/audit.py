@@ -15,8 +15,10 @@ Information, not errors:
 
 * ``drift``: the messages re-rendered with the chat template, compared with the recorded tokens.
   Re-templating differs from what was sampled whenever the tokenizer would split the text
-  differently or a turn ended without the end token; the rate shows how much a re-templating
-  pipeline would have corrupted.
+  differently, a turn ended without the end token, or the template rewrites history (Qwen3 drops
+  earlier reasoning, Mistral moves its tool list; a template that refuses the conversation is
+  reported with ``template_error``); the rate shows how much a re-templating pipeline would have
+  corrupted.
 * ``mismatch`` (with ``--model``): logprobs recomputed by one forward pass per trajectory against
   the recorded ones (mean and max |delta logprob| over sampled tokens): the train/inference mismatch.
 """
@@ -141,14 +143,26 @@ def check_record(record: TrajectoryRecord, tokenizer: Any | None) -> list[Issue]
     return issues
 
 
+def _format_of(tokenizer: Any) -> ChatFormat | None:
+    """The tokenizer's chat format; None for a template envhub does not render (no drift to measure)."""
+    try:
+        return chat_format_for(tokenizer)
+    except ValueError:
+        return None
+
+
 def drift(record: TrajectoryRecord, tokenizer: Any, fmt: ChatFormat) -> dict[str, Any] | None:
     """Re-render the messages up to the last assistant turn; None when identical to the record."""
     msgs = list(record.messages)
     last_assistant = max((i for i, m in enumerate(msgs) if m.role == "assistant"), default=-1)
     msgs = msgs[: last_assistant + 1] if last_assistant >= 0 else msgs  # no turn: the prompt alone
     msgs = [m.model_copy(update={"content": fmt.strip_end(m.content)}) if m.role == "assistant" else m for m in msgs]
-    text = tokenizer.apply_chat_template(message_dicts(msgs), tools=[t.to_openai() for t in record.tools] or None,
-                                         add_generation_prompt=last_assistant < 0, tokenize=False)
+    try:
+        text = tokenizer.apply_chat_template(message_dicts(msgs), tools=[t.to_openai() for t in record.tools] or None,
+                                             add_generation_prompt=last_assistant < 0, tokenize=False)
+    except Exception as exc:  # e.g. Mistral's template refuses two assistant turns in a row without tool_calls
+        return {"episode_id": record.episode_id, "position": 0, "recorded_tokens": len(record.prompt_ids)
+                + len(record.response_ids), "template_error": f"{type(exc).__name__}: {exc}"}
     rendered = list(tokenizer.encode(str(text), add_special_tokens=False))
     recorded = list(record.prompt_ids) + list(record.response_ids)
     if rendered[: len(recorded)] == recorded and not tokenizer.decode(rendered[len(recorded):]).strip():
@@ -195,9 +209,10 @@ def audit_run(run: str | Path, model: str | None = None) -> dict[str, Any]:
     for rec in token_records:
         tokenizer = tokenizers.get(rec)
         issues += check_record(rec, tokenizer)
-        if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        fmt = _format_of(tokenizer) if tokenizer is not None and getattr(tokenizer, "chat_template", None) else None
+        if fmt is not None:
             drift_checked += 1
-            found = drift(rec, tokenizer, chat_format_for(tokenizer))
+            found = drift(rec, tokenizer, fmt)
             if found is not None:
                 drifts.append(found)
     report: dict[str, Any] = {

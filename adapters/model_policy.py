@@ -7,7 +7,7 @@ Per episode (:class:`ModelAgent`):
 2. each turn appends the engine's sampled tokens verbatim (mask 1, their sampled logprobs);
 3. each env reply is appended as tokens written with the template's own role markers by
    :class:`~envhub.adapters.chat_format.ChatFormat` (mask 0, logprob 0.0), including the end-of-turn
-   token when the model stopped without sampling it.
+   token when the model stopped without sampling a stop token.
 
 The history is never re-templated, so a trainer scores exactly the tokens the model sampled. The
 text handed to the env is ``tokenizer.decode(token_ids)`` of the sampled tokens, nothing removed;
@@ -90,7 +90,7 @@ class ModelAgent:
             raise EngineError(f"{policy.engine.name} engine failed: {exc!r}") from exc
         record.append_sampled(result.token_ids, result.logprobs)
         self._turns += 1
-        self._closed = bool(result.token_ids) and result.token_ids[-1] == policy.end_id
+        self._closed = bool(result.token_ids) and result.token_ids[-1] in policy.stop_ids
         sample = Sample(token_ids=list(result.token_ids), logprobs=list(result.logprobs),
                         finish_reason=result.finish_reason,
                         weight_version=result.weight_version or policy.engine.weight_version)
@@ -104,18 +104,23 @@ class ModelPolicy:
     """A :class:`~envhub.policies.Policy` over an :class:`~envhub.adapters.engines.Engine`.
 
     Thread-safe: episodes share the engine (which batches them) and the tokenizer (guarded by a
-    lock, since a Rust tokenizer must not be used from two threads at once).
+    lock, since a Rust tokenizer must not be used from two threads at once). ``chat_format``: the
+    family's name (checked against the tokenizer's template like a detected one) or a
+    :class:`~envhub.adapters.chat_format.ChatFormat` to use as it is; by default the tokenizer's
+    family is detected, and a template no family reproduces is refused here, before anything runs.
     """
 
     def __init__(self, engine: Engine, tokenizer: Any, *, params: SamplingParams = DEFAULT_SAMPLING,
                  max_context: int | None = None, name: str | None = None, model_id: str | None = None,
-                 tokenizer_id: str | None = None, chat_format: ChatFormat | None = None,
+                 tokenizer_id: str | None = None, chat_format: ChatFormat | str | None = None,
                  fit_turns: bool = False, max_response_tokens: int | None = None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
-        self.format = chat_format or chat_format_for(tokenizer)
+        self.format = chat_format if isinstance(chat_format, ChatFormat) else chat_format_for(tokenizer, chat_format)
+        #: the ids a sampled turn may end with (the end token first); generation stops on each
+        self.stop_ids = self.format.stop_token_ids(tokenizer)
         self.end_id = self.format.end_token_id(tokenizer)
-        self.params = params.with_(stop_token_ids=tuple(dict.fromkeys((*params.stop_token_ids, self.end_id))))
+        self.params = params.with_(stop_token_ids=tuple(dict.fromkeys((*params.stop_token_ids, *self.stop_ids))))
         self.max_context = min(max_context or engine.max_context, engine.max_context)
         #: shrink a turn's ``max_new_tokens`` to the room left instead of overflowing early
         self.fit_turns = fit_turns

@@ -26,7 +26,7 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from envhub.adapters.chat_format import FORMATS, ChatFormat
+from envhub.adapters.chat_format import format_named
 from envhub.types import Observation, OutcomeClass
 
 ENV_CLASS = "envhub"
@@ -53,16 +53,10 @@ def _cfg(env_config: Any) -> dict[str, Any]:
         return dict(env_config)
 
 
-def _chat_format(name: str) -> ChatFormat:
-    for fmt in FORMATS:
-        if fmt.name == name:
-            return fmt()
-    raise ValueError(f"unknown chat_format {name!r}; known: {', '.join(f.name for f in FORMATS)}")
-
-
 class EnvhubTextEnv(BaseTextEnv):
     """See the module docstring. ``env_config`` keys: ``env_id`` (default when rows carry none),
-    ``env_kwargs``, ``split``, ``chat_format`` (the model's family, default ``chatml``),
+    ``env_kwargs``, ``split``, ``chat_format`` (the model's family, default ``chatml``; the tools ride in
+    the system message only for families whose template puts them there: ``chatml``, ``qwen3``),
     ``observation_role`` (unset: the chat format's rendering; ``user`` / ``tool``: bare results in
     that role), ``tools_in_system``."""
 
@@ -83,7 +77,7 @@ class EnvhubTextEnv(BaseTextEnv):
         if role not in (None, "user", "tool"):
             raise ValueError(f"observation_role must be unset, 'user' or 'tool', not {role!r}")
         self.observation_role: str | None = role
-        self.format = _chat_format(str(cfg.get("chat_format", "chatml")))
+        self.format = format_named(str(cfg.get("chat_format", "chatml")))()
         self.tools_in_system = bool(cfg.get("tools_in_system", True))
         self.env = make(self.env_id, split=str(info.get("split") or cfg.get("split", "train")),
                         **dict(cfg.get("env_kwargs") or {}))

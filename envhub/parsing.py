@@ -2,7 +2,12 @@
 
 Parsing works on the text exactly as sampled, so what is recorded and what was executed are the
 same thing. A parser never raises on model output: it returns calls, or an error message written
-for the model to read and correct itself.
+for the model to read and correct itself. Parsers read a reply's visible text: its reasoning
+(``<think>...</think>``, as Qwen3 writes it) is no action.
+
+The default parser reads the tool-call syntax of every chat family envhub renders
+(:mod:`envhub.adapters.chat_format`): Hermes ``<tool_call>`` blocks (ChatML, Qwen3), Mistral's
+``[TOOL_CALLS]`` list, and a reply that is one JSON call (Llama 3's ``{"name": ..., "parameters": ...}``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ from typing import Any, Protocol
 from envhub.types import Action, ToolCall
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_MISTRAL = "[TOOL_CALLS]"
+#: Llama 3.1's marker of a call it writes for the tool environment, before the JSON.
+_PYTHON_TAG = "<|python_tag|>"
+_SPECIAL = re.compile(r"<\|[a-z_]+\|>|</s>")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 #: A number in prose: commas only as thousands separators (``1,234``), so a list ``1,2,3`` is three numbers.
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:/\d+)?")
@@ -63,6 +72,25 @@ def sanitize_value(value: Any, max_depth: int | None = None) -> Any:
     return root[0]
 
 
+def visible_text(text: str) -> str:
+    """``text`` without its reasoning: what follows the last ``</think>``; nothing for a reply that
+    opens ``<think>`` and never closes it (it was cut off while reasoning)."""
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1]
+    return "" if text.lstrip().startswith("<think>") else text
+
+
+def strip_end_tokens(text: str) -> str:
+    """``text`` without the end-of-turn tokens a model samples after its last word (``<|eot_id|>``,
+    ``<|eom_id|>``, ``<|im_end|>``, ``</s>``): decoded sampled text carries them."""
+    text = text.rstrip()
+    while True:
+        last = text.rfind("<") if text.endswith(">") else -1
+        if last < 0 or not _SPECIAL.fullmatch(text[last:]):
+            return text
+        text = text[:last].rstrip()
+
+
 def clean_call(call: ToolCall) -> ToolCall:
     """``call`` with lone surrogates replaced everywhere; ValueError if its arguments nest deeper
     than :data:`MAX_ARGUMENT_DEPTH` (such a call cannot be stored as a record)."""
@@ -106,20 +134,25 @@ def _call_from_obj(obj: Any) -> ToolCall:
     return clean_call(ToolCall(name=name, arguments=args, id=call_id if isinstance(call_id, str) else None))
 
 
-def _loads(blob: str) -> Any:
+def _loads(blob: str, *, prefix: bool = False) -> Any:
+    """The JSON value ``blob`` holds; with ``prefix``, the one it starts with (what follows is ignored)."""
     try:
-        return json.loads(blob)
+        return json.JSONDecoder().raw_decode(blob)[0] if prefix else json.loads(blob)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON ({exc.msg} at position {exc.pos})") from None
     except RecursionError:  # e.g. thousands of "[": the model's text, so the model's error to fix
         raise ValueError("invalid JSON (nested too deeply)") from None
 
 
+def _calls(obj: Any) -> list[ToolCall]:
+    return [_call_from_obj(o) for o in (obj if isinstance(obj, list) else [obj])]
+
+
 class HermesParser:
     """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (Hermes, Qwen2.5)."""
 
     def parse(self, text: str) -> ParseResult:
-        blocks = _HERMES.findall(text)
+        blocks = _HERMES.findall(visible_text(text))
         if not blocks:
             return ParseResult(error="no <tool_call> block found")
         calls = []
@@ -131,35 +164,61 @@ class HermesParser:
         return ParseResult(calls=calls)
 
 
-class JsonParser:
-    """The whole action is a JSON tool call (or a list of them), optionally in a code fence."""
+class MistralParser:
+    """``[TOOL_CALLS]`` followed by a JSON list of ``{"name": ..., "arguments": {...}}`` (Mistral's
+    v3 tokenizers); what follows the list (``</s>``) is not read."""
 
     def parse(self, text: str) -> ParseResult:
-        blob = text.strip()
+        chunks = visible_text(text).split(_MISTRAL)[1:]
+        if not chunks:
+            return ParseResult(error=f"no {_MISTRAL} block found")
+        calls: list[ToolCall] = []
+        for chunk in chunks:
+            try:
+                calls += _calls(_loads(chunk.lstrip(), prefix=True))
+            except ValueError as exc:
+                return ParseResult(error=f"malformed tool call: {exc}")
+        return ParseResult(calls=calls)
+
+
+class JsonParser:
+    """The whole action is a JSON tool call (or a list of them), optionally in a code fence, after
+    Llama 3.1's ``<|python_tag|>`` and before the end-of-turn token the model sampled."""
+
+    def parse(self, text: str) -> ParseResult:
+        blob = strip_end_tokens(visible_text(text)).strip().removeprefix(_PYTHON_TAG).lstrip()
         fenced = _FENCE.match(blob)
         if fenced:
             blob = fenced.group(1)
         if not blob.startswith(("{", "[")):
             return ParseResult(error="no JSON tool call found")
         try:
-            obj = _loads(blob)
-            items = obj if isinstance(obj, list) else [obj]
-            return ParseResult(calls=[_call_from_obj(o) for o in items])
+            return ParseResult(calls=_calls(_loads(blob)))
         except ValueError as exc:
             return ParseResult(error=f"malformed tool call: {exc}")
 
 
 class DefaultParser:
-    """Hermes blocks when the text has any, else a plain JSON object."""
+    """Hermes blocks when the text has any, else Mistral's ``[TOOL_CALLS]``, else a JSON call."""
 
     def __init__(self) -> None:
         self.hermes = HermesParser()
+        self.mistral = MistralParser()
         self.json = JsonParser()
 
+    @staticmethod
+    def marked(text: str) -> bool:
+        """Whether ``text`` holds a tool-call marker (a ``<tool_call>`` or ``[TOOL_CALLS]``) outside its reasoning."""
+        visible = visible_text(text)
+        return "<tool_call>" in visible or _MISTRAL in visible
+
     def parse(self, text: str) -> ParseResult:
-        if "<tool_call>" in text:
-            return self.hermes.parse(text)
-        result = self.json.parse(text)
+        visible = visible_text(text)
+        if "<tool_call>" in visible:
+            return self.hermes.parse(visible)
+        if _MISTRAL in visible:
+            return self.mistral.parse(visible)
+        result = self.json.parse(visible)
         if result.error == "no JSON tool call found":
             result.error = f"no tool call found. Call a tool as {TOOL_CALL_EXAMPLE}"
         return result
@@ -179,8 +238,12 @@ class AnswerTagParser:
         self.tools = DefaultParser()
 
     def parse(self, text: str) -> ParseResult:
-        if "<tool_call>" in text:
+        text = visible_text(text)
+        if self.tools.marked(text):
             return self.tools.parse(text)
+        as_json = self.tools.json.parse(text)
+        if as_json.calls:
+            return as_json
         answers = _ANSWER.findall(text)
         if len(answers) == 1:
             return ParseResult(calls=[clean_call(ToolCall(name=self.tool, arguments={"answer": answers[0].strip()}))])
@@ -200,7 +263,8 @@ class LastNumberParser(AnswerTagParser):
     """
 
     def parse(self, text: str) -> ParseResult:
-        if "<tool_call>" in text or "<answer>" in text:
+        text = visible_text(text)
+        if self.tools.marked(text) or "<answer>" in text or self.tools.json.parse(text).calls:
             return super().parse(text)
         numbers = _NUMBER.findall(text)
         if not numbers:
@@ -223,6 +287,7 @@ PARSERS: dict[str, type[ToolCallParser]] = {
     "answer_tag": AnswerTagParser,
     "last_number": LastNumberParser,
     "hermes": HermesParser,
+    "mistral": MistralParser,
     "json": JsonParser,
 }
 

@@ -238,6 +238,19 @@ class TrainingRun:
         return self.path / "final"
 
     @property
+    def best_dir(self) -> Path:
+        """The weights of the best validation eval so far, as a model dir (once they are not the initial ones)."""
+        return self.path / "best"
+
+    @property
+    def best_path(self) -> Path:
+        """``best.json``: which eval ``best/`` is, and where its weights are."""
+        return self.path / "best.json"
+
+    def best(self) -> dict[str, Any] | None:
+        return json.loads(self.best_path.read_text(encoding="utf-8")) if self.best_path.exists() else None
+
+    @property
     def weights_dir(self) -> Path:
         return self.path / "weights"
 

@@ -11,7 +11,8 @@
   that would train nothing;
 - :mod:`~envhub.trainer.fsdp`: FSDP2 wrapping and collectives; :mod:`~envhub.trainer.weight_sync`: new weights
   to the engine; :mod:`~envhub.trainer.checkpoint`: whole-state checkpoints, atomic;
-- :mod:`~envhub.trainer.telemetry`: each step's record, progress, Prometheus, TensorBoard;
+- :mod:`~envhub.trainer.telemetry`: each step's record, progress, Prometheus; :mod:`~envhub.trainer.trackers`:
+  TensorBoard, W&B, MLflow, trackio;
 - :mod:`~envhub.trainer.bench`, :mod:`~envhub.trainer.bench_trl`: ``envhub bench train``, next to TRL.
 
 The run directory's layout is :class:`envhub.run_dir.TrainingRun`. Engines, model resolution, the model

@@ -44,6 +44,34 @@ if TYPE_CHECKING:
     from envhub.trainer.models import PolicyModels
 
 
+#: Settings a resumed run may change (a section's field as ``section.field``): how long it runs, what it
+#: reports, where and how fast or in how much memory it computes the same update; any other difference
+#: means another run.
+RESUMABLE_CHANGES = {"steps", "eval", "metrics_port", "tensorboard", "loggers", "audit_failure", "checkpoint_every",
+                     "keep_checkpoints", "weight_sync_timeout_s", "threads", "device",
+                     "optim.activation_checkpointing", "optim.activation_memory_fraction", "optim.fused_optimizer"}
+
+
+def run_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What makes the dumped config ``now`` another run than ``saved`` (RUN/config.json), one
+    ``"section.field: a there, b here"`` per differing setting; empty when it may resume."""
+    before, after = _settings(saved), _settings(now)
+    differ = sorted(k for k in {*before, *after} if before.get(k) != after.get(k) and k not in RESUMABLE_CHANGES
+                    and k.split(".")[0] not in RESUMABLE_CHANGES)
+    return [f"{k}: {before.get(k)!r} there, {after.get(k)!r} here" for k in differ]
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A dumped config as ``section.field`` keys, so a difference is named down to the field."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{field}": inner for field, inner in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
 @dataclass
 class TrainState:
     step: int = 0

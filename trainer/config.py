@@ -21,6 +21,8 @@ from envhub.adapters.engines.base import SamplingParams
 from envhub.env import Budget
 
 LossName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
+#: the experiment trackers of ``TrainConfig.loggers`` (envhub.trainer.trackers)
+LoggerName = Literal["tensorboard", "wandb", "mlflow", "trackio"]
 
 
 class _Section(BaseModel):
@@ -187,8 +189,26 @@ class TrainConfig(_Section):
     weight_sync_timeout_s: float = Field(300.0, gt=0)
     metrics_port: int | None = None
     tensorboard: bool = False
+    #: experiment trackers the run logs to, any of tensorboard, wandb, mlflow, trackio (each a pip extra:
+    #: ``envhub[wandb]``); ``tensorboard: true`` is ``tensorboard`` in this list (docs/training.md)
+    loggers: tuple[LoggerName, ...] = ()
     #: torch intra-op threads (0: torch's default)
     threads: int = Field(1, ge=0)
+    #: where the model, its reference, the in-process engine and every batch live: ``auto`` is CUDA when
+    #: torch sees a GPU (under torchrun ``cuda:LOCAL_RANK`` with nccl), else the CPU (gloo)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: the forward passes' dtype: ``bfloat16`` runs them under autocast while weights, gradients and AdamW
+    #: state stay fp32 (master weights); fp32 is the CPU default (bf16 is 7-25x slower on these CPUs)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @field_validator("loggers", mode="before")
+    @classmethod
+    def _known_loggers(cls, value: Any) -> Any:
+        names, valid = [value] if isinstance(value, str) else value, LoggerName.__args__
+        unknown = [name for name in names if name not in valid] if isinstance(names, (list, tuple)) else []
+        if unknown:
+            raise ValueError(f"unknown tracker(s) {unknown}; valid: {', '.join(valid)}")
+        return names
 
     @model_validator(mode="after")
     def _engine_spec(self) -> TrainConfig:

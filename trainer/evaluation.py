@@ -6,7 +6,8 @@ the same weights, and the directory's ``report.json`` stamped with the tag, the 
 version. An episode is kept only if every turn of it was sampled with the current weight version:
 the final eval of a run resumed with more steps, say, samples every episode again with the new
 weights. Each eval's headline numbers are one line of ``RUN/evals.jsonl`` (one per tag: an eval run
-again replaces its line, moved to the end).
+again replaces its line, moved to the end; the ``final`` eval of weights a resumed run trained further
+is kept as its step's eval). ``RUN/best`` and ``best.json`` follow the best eval (:func:`improves_best`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from envhub.progress import elapsed
 from envhub.rollout import stats
 from envhub.rollout.runner import run_rollouts
 from envhub.run_dir import Run, TrainingRun
-from envhub.store import write_text_atomic
+from envhub.store import write_json_atomic, write_text_atomic
 from envhub.trainer.config import TrainConfig
+
+#: The tag of the eval after the last step (the step's own eval when a later resume trains further).
+FINAL = "final"
 
 #: The most often an eval's progress line is written (seconds); its last line always is.
 PROGRESS_EVERY_S = 30.0
@@ -60,6 +64,8 @@ def evaluate(files: TrainingRun, config: TrainConfig, policy: Policy, env_factor
     run or resumed, its progress through ``log``; returns its line of ``evals.jsonl``."""
     env, split = config.env, config.env.validation_split
     assert split is not None
+    if tag == FINAL:
+        keep_as_step(files, tag, weight_version)
     same = [r for r in files.evals() if r.get("weight_version") == weight_version and r.get("split") == split
             and r.get("episodes") == config.eval.episodes and r.get("tag") != tag and not r.get("same_as")]
     if same:  # the same weights on the same planned episodes: that eval is this one
@@ -83,6 +89,44 @@ def evaluate(files: TrainingRun, config: TrainConfig, policy: Policy, env_factor
               "interval": list(stats.wilson(successes, len(rows))), "reward_mean": report.get("mean_reward"),
               "seconds": time.monotonic() - progress.started, "by_group": stats.by_group(rows)}
     return _write_line(files, result)
+
+
+def keep_as_step(files: TrainingRun, tag: str, weight_version: str) -> None:
+    """The eval ``tag`` of other weights than ``weight_version`` (the final eval of a run since resumed with
+    more steps) is kept under its step's name (``eval/step-N/``, its line, ``best.json``), so the history
+    keeps every eval the run made; nothing is done when that step has an eval of its own."""
+    line = next((r for r in files.evals() if r.get("tag") == tag), None)
+    if line is None or line.get("weight_version") == weight_version:
+        return
+    name = TrainingRun.step_name(int(line.get("step", 0)))
+    if any(r.get("tag") == name for r in files.evals()):
+        return
+    src, dst = files.eval_run(tag).path, files.eval_run(name).path
+    if src.exists() and not dst.exists():
+        src.rename(dst)  # first: a crash before the lines below leaves them to the next call
+    renamed = [{**r, **({"tag": name} if r.get("tag") == tag else {}),
+                **({"same_as": name} if r.get("same_as") == tag else {})} for r in files.evals()]
+    write_text_atomic(files.evals_path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in renamed))
+    best = files.best()
+    if best is not None and best.get("tag") == tag and best.get("weight_version") == line.get("weight_version"):
+        write_json_atomic(files.best_path, {**best, "tag": name})
+
+
+def improves_best(files: TrainingRun, result: dict[str, Any]) -> bool:
+    """Whether the eval ``result`` beats ``best.json`` (strict success, on the same split and episode
+    count; a tie keeps the earlier, less trained weights). An eval that is already the best is not again."""
+    best = files.best()
+    if best is None or (best.get("split"), best.get("episodes")) != (result["split"], result["episodes"]):
+        return True
+    if best.get("weight_version") == result["weight_version"]:
+        return False
+    return float(result["strict_success"]) > float(best["strict_success"])
+
+
+def best_record(result: dict[str, Any], weights: str) -> dict[str, Any]:
+    """``best.json`` for the eval ``result`` whose weights are in ``weights`` (a model dir)."""
+    keep = ("tag", "step", "weight_version", "split", "episodes", "successes", "strict_success", "interval")
+    return {**{k: result.get(k) for k in keep}, "weights": weights}
 
 
 def successes_by_episode(files: TrainingRun, tag: str) -> dict[str, bool]:

@@ -4,7 +4,8 @@ One process (plain ``envhub train``) or several under ``torchrun``: every functi
 :class:`DistInfo` of :func:`init_distributed` and does the right thing for both, so the training
 loop has no ``if distributed`` branches. With one process nothing is sharded and no process group
 exists; with several, :func:`shard_model` applies ``torch.distributed.fsdp.fully_shard`` (FSDP2)
-to every decoder layer and then to the root, on gloo (CPU) or nccl (GPU), in fp32.
+to every decoder layer and then to the root, on gloo (CPU) or nccl (GPU), with fp32 parameters
+(``dtype: bfloat16`` computes the forward passes under autocast; the shards stay fp32).
 
 Gradient contract (the one thing that differs from FSDP2's defaults): the loop computes each
 rank's loss with the *full-batch* normalizers, so that the losses of all ranks' micro-batches sum
@@ -66,42 +67,46 @@ class DistInfo:
 
     @property
     def distributed(self) -> bool:
-        """Several processes in a process group (then every helper here is a collective)."""
-        return self.backend is not None and self.world_size > 1
+        """A process group (torchrun, even with one process: FSDP2 then shards over one device); every
+        helper here is then a collective."""
+        return self.backend is not None
 
 
-def _default_device(local_rank: int) -> torch.device:
-    if torch.cuda.is_available():
+def _default_device(local_rank: int, setting: str = "auto") -> torch.device:
+    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("device: cuda, but torch sees no CUDA device (torch.cuda.is_available() is "
+                               "False); use device: cpu or auto")
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
 
 
-def init_distributed(*, backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
-    """Join the process group that ``torchrun`` describes, or describe a single process.
+def init_distributed(*, device: str = "auto", backend: str | None = None, timeout_s: float = 1800.0) -> DistInfo:
+    """Join the process group that ``torchrun`` describes, or describe a single process, on ``device``
+    (``auto``: CUDA when torch sees it, else the CPU; ``cuda`` without CUDA is a RuntimeError).
 
-    Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set, world size > 1) this initializes the
-    default process group with ``backend`` (default: nccl when CUDA is available, gloo
-    otherwise; the device is then ``cuda:LOCAL_RANK`` or the CPU). Otherwise it returns a
-    single-process :class:`DistInfo` with ``backend=None`` and creates no process group.
+    Under ``torchrun`` (``RANK`` set, any world size: ``--nproc_per_node 1`` is FSDP2 on one device)
+    this initializes the default process group with ``backend`` (default: nccl on CUDA, gloo on the CPU; the device is
+    then ``cuda:LOCAL_RANK`` or the CPU). Otherwise it returns a single-process :class:`DistInfo`
+    with ``backend=None`` and creates no process group.
     Idempotent: a second call returns the same description without re-initializing.
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     if dist.is_available() and dist.is_initialized():
-        device = _device_for(dist.get_backend(), local_rank)
-        return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, dist.get_backend())
-    if "RANK" not in os.environ or world <= 1:
-        return DistInfo(0, 1, 0, _default_device(0), None)
+        device_ = _device_for(dist.get_backend(), local_rank)
+        return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device_, dist.get_backend())
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return DistInfo(0, 1, 0, _default_device(0, device), None)
     if not dist.is_available():
         raise RuntimeError("torch.distributed is not available in this torch build; run with one process")
-    chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    device = _device_for(chosen, local_rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    chosen = backend or ("nccl" if _default_device(local_rank, device).type == "cuda" else "gloo")
+    device_ = _device_for(chosen, local_rank)
+    if device_.type == "cuda":
+        torch.cuda.set_device(device_)
     dist.init_process_group(backend=chosen, timeout=timedelta(seconds=timeout_s),
-                            **({"device_id": device} if device.type == "cuda" else {}))
-    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, chosen)
+                            **({"device_id": device_} if device_.type == "cuda" else {}))
+    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device_, chosen)
 
 
 def _device_for(backend: str, local_rank: int) -> torch.device:

@@ -43,7 +43,7 @@ def _group_ids(group_index: Tensor) -> tuple[Tensor, int]:
 def _floats(**values: Tensor | float) -> dict[str, float]:
     """One device sync for all statistics."""
     names = list(values)
-    flat = torch.stack([torch.as_tensor(values[n], dtype=torch.float64).detach().cpu() for n in names])
+    flat = torch.stack([torch.as_tensor(values[n], dtype=torch.float64, device="cpu").detach() for n in names])
     return dict(zip(names, flat.tolist(), strict=True))
 
 

@@ -52,24 +52,6 @@ from envhub.trainer.update import update_policy
 from envhub.trainer.weight_sync import write_hf_dir
 from envhub.types import Outcome
 
-#: Settings a resumed run may change (a section's field as ``section.field``): how long it runs, what it
-#: reports, and how fast or in how much memory it computes the same update; any other difference
-#: means another run.
-RESUMABLE_CHANGES = {"steps", "eval", "metrics_port", "tensorboard", "audit_failure", "checkpoint_every",
-                     "keep_checkpoints", "weight_sync_timeout_s", "threads", "optim.activation_checkpointing",
-                     "optim.activation_memory_fraction", "optim.fused_optimizer"}
-
-
-def _settings(config: dict[str, Any]) -> dict[str, Any]:
-    """A dumped config as ``section.field`` keys, so a difference is named down to the field."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            flat.update({f"{key}.{field}": inner for field, inner in value.items()})
-        else:
-            flat[key] = value
-    return flat
-
 
 class TrainingError(RuntimeError):
     """The run cannot go on (an audit failure with ``audit_failure: stop``, a run directory that
@@ -82,7 +64,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, resume: bool = False, dist: fsdp.DistInfo | None = None,
                  log: Callable[[str], None] | None = None) -> None:
         self.config = config
-        self.dist = dist or fsdp.init_distributed()
+        self.dist = dist or fsdp.init_distributed(device=config.device)
         say = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.log = say if self.dist.is_main else (lambda line: None)
         self.run_dir = Path(config.run_dir)
@@ -96,7 +78,7 @@ class Trainer:
         self.model_dir = resolve_model(config.model)
         self._claim(resume)
         self.telemetry = Telemetry(env_id=config.env.id, run_dir=self.run_dir, total_steps=config.steps,
-                                   metrics_port=config.metrics_port, tensorboard=config.tensorboard,
+                                   metrics_port=config.metrics_port, config=config,
                                    enabled=self.dist.is_main, log=self.log)
         try:
             self.models = PolicyModels(config, self.model_dir, self.dist, staging_dir=self.files.weights_dir)
@@ -135,12 +117,10 @@ class Trainer:
             before = json.loads(path.read_text(encoding="utf-8"))
             with contextlib.suppress(ValueError):  # a config saved before a setting existed: its default
                 before = parse_config(before).dump()
-            saved, now = _settings(before), _settings(mine)
-            differ = sorted(k for k in {*saved, *now} if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES
-                            and k.split(".")[0] not in RESUMABLE_CHANGES)
+            differ = ckpt.run_differences(before, mine)
             if differ:
-                shown = "; ".join(f"{k}: {saved.get(k)!r} there, {now.get(k)!r} here" for k in differ[:4])
-                raise TrainingError(f"{self.run_dir} holds another run (different {shown}); use another run_dir")
+                raise TrainingError(f"{self.run_dir} holds another run (different {'; '.join(differ[:4])}); "
+                                    "use another run_dir")
             if not resume and ckpt.latest_checkpoint(self.run_dir) is not None:
                 raise TrainingError(f"{self.run_dir} already has checkpoints: pass --resume to continue it, "
                                     "or use another run_dir")
@@ -240,7 +220,7 @@ class Trainer:
         paired = evaluation.paired_evals(self.files, start_tag, "final") if final and start_tag in tags else None
         summary = {"run_dir": str(self.run_dir), "steps": self.state.step, **trained, "stopped": stopped,
                    "timings": timings, "evals": self.eval_summaries(), "final_eval": final, "paired": paired,
-                   "final_weights": str(self.export())}
+                   "final_weights": str(self.export()), "best": self.files.best()}
         if self.dist.is_main:
             write_json_atomic(self.files.summary_path, summary)
         self.log(headline(summary))
@@ -447,8 +427,23 @@ class Trainer:
             low, high = result.get("interval", (0.0, 1.0))
             self.log(f"eval {tag}: strict success {result['strict_success']:.3f} [{low:.3f}, {high:.3f}] on "
                      f"{result['episodes']} {result['split']} episodes")
-        fsdp.barrier(self.dist)
+        self._keep_if_best(result)
         return result
+
+    def _keep_if_best(self, result: dict[str, Any] | None) -> None:
+        """``RUN/best``: the weights of the best validation eval so far (``best.json`` says which eval;
+        weights still the initial ones are named, not copied). Every rank: the weights are gathered."""
+        better = self.dist.is_main and result is not None and evaluation.improves_best(self.files, result)
+        if fsdp.all_reduce_sum({"better": float(better)}, self.dist)["better"]:
+            initial = self.state.weight_version == "0"
+            state = None if initial else fsdp.full_state_dict(self.models.model, self.dist)
+            if result is not None and self.dist.is_main:
+                if state is not None:
+                    write_hf_dir(state, self.model_dir, self.files.best_dir)
+                weights = str(self.model_dir if initial else self.files.best_dir)
+                write_json_atomic(self.files.best_path, evaluation.best_record(result, weights))
+                self.log(f"best: eval {result['tag']} (weight version {result['weight_version']}) in {weights}")
+        fsdp.barrier(self.dist)
 
     def eval_summaries(self) -> list[dict[str, Any]]:
         return self.files.evals()
@@ -470,7 +465,7 @@ class Trainer:
         t0 = time.monotonic()
         curve = sft.run_sft(self.models.model, self.sft_examples, self.config.sft, seed=self.config.seed,
                             optim=self.config.optim, dist=self.dist, pad_id=self.models.pad_id, log=self.log,
-                            checkpointing=self.models.checkpointing)
+                            checkpointing=self.models.checkpointing, compute_dtype=self.models.compute_dtype)
         if self.dist.is_main:
             write_json_atomic(self.files.sft_path, {"examples": len(self.sft_examples), "seconds": time.monotonic() - t0,
                                                     "steps": curve, "final_entropy": curve[-1]["entropy"] if curve else None})

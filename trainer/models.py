@@ -4,6 +4,8 @@ from, after the SFT stage: :meth:`PolicyModels.freeze_reference`), AdamW and the
 the rollout engine (in process, or an SGLang server) with the model policy over it, and the weight push
 from the trained module to the engine (:mod:`envhub.trainer.weight_sync`).
 
+Everything is on the run's device (``device``; :func:`envhub.trainer.fsdp.init_distributed`) and computes its
+forward passes in ``dtype`` (:mod:`envhub.adapters.engines.precision`); the weights stay fp32.
 The in-process engine samples from the trained module itself when ``rollout.share_weights`` allows
 (one process, the transformers engine): no second copy of the model and no weight copy per step,
 only a new weight version. Otherwise it samples from an unsharded copy that every push replaces.
@@ -17,6 +19,7 @@ from typing import Any
 
 import torch
 
+from envhub.adapters.engines.precision import COMPUTE_DTYPES
 from envhub.adapters.model_policy import ModelPolicy
 from envhub.trainer import fsdp
 from envhub.trainer.activations import ActivationCheckpointing
@@ -34,15 +37,17 @@ class PolicyModels:
 
         self.config, self.model_dir, self.dist = config, model_dir, dist
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        # fp32 master weights on this rank's device before anything copies them (reference, engine)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(dist.device)
         model.config.use_cache = False
+        self.compute_dtype = COMPUTE_DTYPES[config.dtype]
         self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                           else self.tokenizer.eos_token_id)
         self.reference = None  # holds the base weights until freeze_reference or load_reference
         if config.algorithm.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.reference_ready = False
-        self.shared = config.rollout.share_weights and dist.world_size == 1 and config.engine == "transformers"
+        self.shared = config.rollout.share_weights and not dist.distributed and config.engine == "transformers"
         self.engine = self._make_engine(model)
         try:
             optim = config.optim
@@ -50,7 +55,7 @@ class PolicyModels:
                                                          optim.activation_memory_fraction)
             self.model = fsdp.shard_model(model, dist)
             self.model.eval()  # train mode only inside an update: the engine may sample from this module
-            self.optimizer = adamw(self.model.parameters(), fused=optim.fused_optimizer and dist.world_size == 1,
+            self.optimizer = adamw(self.model.parameters(), fused=optim.fused_optimizer and not dist.distributed,
                                    lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay)
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda update: lr_factor(self.config, update))
@@ -71,7 +76,8 @@ class PolicyModels:
         # Rollouts come from an unsharded model: generating through FSDP's all-gathers is ~5x slower.
         return TransformersEngine(model if self.shared else copy.deepcopy(model).eval(), self.tokenizer,
                                   max_context=cfg.rollout.max_context, max_batch_size=max(cfg.rollout.concurrency, 1),
-                                  weight_version="0", seed=cfg.seed + self.dist.rank, model_id=str(self.model_dir))
+                                  weight_version="0", seed=cfg.seed + self.dist.rank, model_id=str(self.model_dir),
+                                  compute_dtype=self.compute_dtype)
 
     def policy(self, params: Any, *, name: str | None = None) -> ModelPolicy:
         """The model policy over the engine, sampling with ``params``; ``name`` (default: the model dir it
@@ -90,7 +96,7 @@ class PolicyModels:
     def load_reference(self, state: dict[str, torch.Tensor]) -> None:
         """The KL reference's weights (a checkpoint's ``reference.pt``, or the policy's full state dict)."""
         if self.reference is not None:
-            fsdp.load_full_state_dict(self.reference, state, fsdp.DistInfo(0, 1, 0, torch.device("cpu"), None))
+            fsdp.load_full_state_dict(self.reference, state, fsdp.DistInfo(0, 1, 0, self.dist.device, None))
             self.reference_ready = True
 
     def reference_state(self) -> dict[str, torch.Tensor] | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from envhub.env import Env
 from envhub.trainer.config import TrainConfig
+from envhub.trainer.trackers import missing_packages, tracker_names
 
 
 class PreflightError(ValueError):
@@ -53,6 +54,7 @@ def check_config(config: TrainConfig) -> list[str]:
                         f"rollout.max_context ({rollout.max_context})")
     if config.sft is not None:
         problems.extend(check_sft_runs(config))
+    problems.extend(missing_packages(tracker_names(config)))  # before any model loads
     if "infra_failure" not in algo.exclude_classes and not algo.train_on_infra:
         problems.append(f"algorithm.exclude_classes is {list(algo.exclude_classes)}: infra outcomes (env_error, "
                         "verifier_error, engine_error) would be trained as reward-0 failures, punishing the policy "

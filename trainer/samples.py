@@ -64,15 +64,15 @@ def training_samples(records: list[dict[str, Any]], classes: Sequence[str], cfg:
     if not records:
         return [], {"audit_dropped": 0, "kept": 0}
     groups = {g: i for i, g in enumerate(dict.fromkeys(r["group_id"] for r in records))}
-    rewards = torch.tensor([float(r["reward"]) for r in records])
-    index = torch.tensor([groups[r["group_id"]] for r in records])
+    rewards = torch.tensor([float(r["reward"]) for r in records], device="cpu")  # host-side bookkeeping
+    index = torch.tensor([groups[r["group_id"]] for r in records], device="cpu")
     truncated = [Outcome(r["outcome"]).is_truncation for r in records]
     keep, weight, stats = grpo.select_samples(
         list(classes), rewards, index, truncated, exclude_classes=(*cfg.exclude_classes, AUDIT_FAILED),
         drop_zero_variance=cfg.drop_zero_variance, mask_truncated=cfg.mask_truncated)
     kept = keep.nonzero().flatten().tolist()
     advantages = grpo.group_advantages(rewards[kept], index[kept], std_normalize=cfg.std_normalize) \
-        if kept else torch.zeros(0)
+        if kept else torch.zeros(0, device="cpu")
     samples = [TrainingSample(records[i]["episode_id"], records[i]["prompt_ids"], records[i]["response_ids"],
                               records[i]["response_mask"], records[i]["response_logprobs"], float(a), float(weight[i]))
                for i, a in zip(kept, advantages.tolist(), strict=True)

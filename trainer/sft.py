@@ -30,7 +30,7 @@ from envhub.trainer import fsdp
 from envhub.trainer.activations import ActivationCheckpointing
 from envhub.trainer.batch import TrainingSample, micro_batches, policy_logprobs
 from envhub.trainer.config import OptimConfig, SFTConfig
-from envhub.trainer.update import adamw, pad_to_same_count
+from envhub.trainer.update import adamw, model_device, pad_to_same_count
 from envhub.types import Observation, TokenView, TrajectoryRecord
 
 
@@ -88,10 +88,11 @@ def sft_samples(runs: Sequence[Path], policy: ModelPolicy, *, outcomes: Iterable
     return samples, stats
 
 
-def sft_loss(model: torch.nn.Module, batch: Any, *, batch_tokens: float) -> tuple[torch.Tensor, torch.Tensor]:
+def sft_loss(model: torch.nn.Module, batch: Any, *, batch_tokens: float,
+             compute_dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """Negative log-likelihood of the mask-1 tokens, summed and divided by the batch's mask-1 count, and
     the micro-batch's mean token entropy over them (temperature 1, no gradient)."""
-    logp, ent = policy_logprobs(model, batch, temperature=1.0, with_entropy=True)
+    logp, ent = policy_logprobs(model, batch, temperature=1.0, with_entropy=True, compute_dtype=compute_dtype)
     assert ent is not None
     return -(logp * batch.mask).sum() / batch_tokens, ent
 
@@ -100,7 +101,7 @@ def sft_epoch_batches(samples: Sequence[TrainingSample], *, epoch: int, seed: in
     """The epoch's shuffled optimizer batches (deterministic in ``seed`` and ``epoch``)."""
     order = list(samples)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    perm = torch.randperm(len(order), generator=generator).tolist()
+    perm = torch.randperm(len(order), generator=generator, device="cpu").tolist()
     order = [order[i] for i in perm]
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
@@ -116,39 +117,41 @@ def longest_turn(sample: TrainingSample) -> int:
 
 def run_sft(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig, *, seed: int,
             optim: OptimConfig, dist: fsdp.DistInfo, pad_id: int, log: Callable[[str], None],
-            checkpointing: ActivationCheckpointing | None = None) -> list[dict[str, float]]:
+            checkpointing: ActivationCheckpointing | None = None,
+            compute_dtype: torch.dtype = torch.float32) -> list[dict[str, float]]:
     """The SFT stage on ``samples`` (from :func:`sft_samples`): ``config.epochs`` passes, ``config.batch_size``
     examples per optimizer step (each rank takes every ``world_size``-th one), stopped early once a step's
     mean token entropy is below ``config.min_entropy``; returns each step's ``{step, epoch, loss, entropy}``
     (loss: the token NLL). ``optim`` gives the gradient clip and whether AdamW is fused; ``checkpointing``
-    decides per micro-batch whether activations are recomputed."""
-    optimizer = adamw(model.parameters(), fused=optim.fused_optimizer and dist.world_size == 1, lr=config.lr,
+    decides per micro-batch whether activations are recomputed; forward passes compute in ``compute_dtype``."""
+    optimizer = adamw(model.parameters(), fused=optim.fused_optimizer and not dist.distributed, lr=config.lr,
                       weight_decay=0.0)
     model.train()
     try:
         return _steps(model, samples, config, optimizer, seed=seed, grad_clip=optim.grad_clip, dist=dist,
-                      pad_id=pad_id, log=log, checkpointing=checkpointing)
+                      pad_id=pad_id, log=log, checkpointing=checkpointing, compute_dtype=compute_dtype)
     finally:
         model.eval()  # the in-process engine may sample from this very module
 
 
 def _steps(model: torch.nn.Module, samples: Sequence[TrainingSample], config: SFTConfig,
            optimizer: torch.optim.Optimizer, *, seed: int, grad_clip: float | None, dist: fsdp.DistInfo,
-           pad_id: int, log: Callable[[str], None],
-           checkpointing: ActivationCheckpointing | None) -> list[dict[str, float]]:
+           pad_id: int, log: Callable[[str], None], checkpointing: ActivationCheckpointing | None,
+           compute_dtype: torch.dtype) -> list[dict[str, float]]:
     curve: list[dict[str, float]] = []
     per_epoch = -(-len(samples) // config.batch_size)
     total, started = config.epochs * per_epoch, time.monotonic()
     for epoch in range(config.epochs):
         for batch in sft_epoch_batches(samples, epoch=epoch, seed=seed, batch_size=config.batch_size):
             share = batch[dist.rank::dist.world_size]
-            micro = pad_to_same_count(micro_batches(share, config.micro_batch_size, pad_id), dist, pad_id)
+            device = model_device(model)
+            micro = pad_to_same_count(micro_batches(share, config.micro_batch_size, pad_id, device), dist, pad_id, device)
             tokens = float(sum(s.sampled_tokens for s in batch)) or 1.0
             loss = ent_sum = ent_tokens = 0.0
             for mb in micro:
                 if checkpointing is not None:
                     checkpointing.prepare(mb.input_ids)
-                part, ent = sft_loss(model, mb, batch_tokens=tokens)
+                part, ent = sft_loss(model, mb, batch_tokens=tokens, compute_dtype=compute_dtype)
                 part.backward()
                 loss += float(part.detach())
                 on = float((mb.mask > 0).sum())

@@ -1,6 +1,6 @@
 """What a training run tells the outside while it runs: each step's record (:func:`step_record`, one
 line of ``RUN/steps.jsonl``; every rank), and, rank 0 only, a live progress line, Prometheus series
-(``metrics_port``) and TensorBoard event files (``tensorboard: true``).
+(``metrics_port``) and the experiment trackers (``loggers``, :mod:`envhub.trainer.trackers`).
 
 Prometheus series (bounded labels: ``env``, ``outcome``, ``outcome_class``, ``phase``; never an
 episode id or a prompt): the rollout series of :class:`envhub.rollout.metrics.RolloutMetrics` for the
@@ -8,7 +8,7 @@ training episodes, plus ``envhub_train_step``, ``envhub_train_reward_mean``,
 ``envhub_train_strict_success_ratio``, ``envhub_train_zero_variance_fraction``,
 ``envhub_train_weight_version``, ``envhub_train_sample_staleness`` (weight versions between the
 newest weights and the oldest sample trained on) and ``envhub_train_step_seconds{phase}``
-(rollout, verify, train, weight_sync). TensorBoard gets every numeric entry of a step's record.
+(rollout, verify, train, weight_sync). The trackers get every numeric entry of a step's record.
 """
 
 from __future__ import annotations
@@ -17,35 +17,43 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envhub.run_dir import TrainingRun
 from envhub.trainer import fsdp
+from envhub.trainer.trackers import Trackers, eval_scalars, tracker_names
 from envhub.types import Outcome
+
+if TYPE_CHECKING:
+    from envhub.trainer.config import TrainConfig
 
 PHASES = ("rollout_s", "verify_s", "train_s", "weight_sync_s")
 
 
 class Telemetry:
+    """``config`` (the run's): its trackers (``loggers``, ``tensorboard``) get the config, the steps and
+    the evals; without it, ``tensorboard`` alone says whether TensorBoard does."""
+
     def __init__(self, *, env_id: str, run_dir: Path, total_steps: int, metrics_port: int | None,
-                 tensorboard: bool, enabled: bool, log: Callable[[str], None]) -> None:
+                 enabled: bool, log: Callable[[str], None], tensorboard: bool = False,
+                 config: TrainConfig | None = None) -> None:
         self.enabled, self.total, self.log = enabled, total_steps, log
         self.started = time.monotonic()
         self._steps_from, self._steps_started = 0, self.started
         self.rollout = None
         self._stop: Callable[[], None] | None = None
-        self._writer = None
+        self.trackers = Trackers([], log)
         if not enabled:
             return
         if metrics_port is not None:
             self._serve(env_id, metrics_port)
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as exc:
-                raise ValueError("tensorboard: true needs the tensorboard package "
-                                 "(pip install 'envhub[tensorboard]')") from exc
-            self._writer = SummaryWriter(log_dir=str(TrainingRun(run_dir).tensorboard_dir))
+        names = tracker_names(config) if config is not None else (["tensorboard"] if tensorboard else [])
+        try:
+            self.trackers = Trackers.open(names, run_dir, log)
+        except BaseException:
+            self.close()
+            raise
+        if config is not None:
+            self.trackers.log_config(config.dump())
 
     def _serve(self, env_id: str, port: int) -> None:
         from prometheus_client import Gauge
@@ -97,15 +105,12 @@ class Telemetry:
                     gauge.labels(self.env).set(float(value))
             for phase in PHASES:
                 self.phase.labels(self.env, phase.removesuffix("_s")).set(record["time"].get(phase, 0.0))
-        if self._writer is not None:
-            for key, value in _scalars(record):
-                self._writer.add_scalar(key, value, global_step=record["step"])
-            self._writer.flush()
+        if self.trackers.trackers:
+            self.trackers.log_step(record["step"], dict(_scalars(record)))
 
     def on_eval(self, result: dict[str, Any]) -> None:
-        if self._writer is not None:
-            self._writer.add_scalar("eval/strict_success", result["strict_success"], global_step=result["step"])
-            self._writer.flush()
+        if self.trackers.trackers:
+            self.trackers.log_eval(int(result["step"]), str(result["tag"]), eval_scalars(result))
 
     def start_steps(self, step: int) -> None:
         """The GRPO steps begin (or resume) at ``step``: the ETA counts the steps timed from here."""
@@ -123,9 +128,7 @@ class Telemetry:
         if self._stop is not None:
             self._stop()
             self._stop = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self.trackers.close()
 
 
 def _scalars(record: dict[str, Any], prefix: str = "train/") -> list[tuple[str, float]]:
@@ -203,8 +206,15 @@ def step_record(step: int, records: list[dict[str, Any]], samples: list[Any], st
         "resumed_episodes": int(again["n"]),
         "time": {"rollout_s": seconds["rollout_s"], "verify_s": counts["verifier_s"], "train_s": seconds["train_s"],
                  "weight_sync_s": seconds["weight_sync_s"]},
-        "lr": lr, "rss_mb": rss_mb(),
+        "lr": lr, "rss_mb": rss_mb(), "device_peak_mb": device_peak_mb(dist.device),
     }
+
+
+def device_peak_mb(device: Any) -> float | None:
+    """The most memory torch has allocated on a CUDA ``device`` so far, in MiB (None on the CPU: ``rss_mb``)."""
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
 
 
 def rss_mb() -> float:

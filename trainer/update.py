@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from envhub.adapters.engines.precision import COMPUTE_DTYPES
 from envhub.trainer import fsdp, grpo
 from envhub.trainer.activations import ActivationCheckpointing
 from envhub.trainer.batch import MicroBatch, TrainingSample, collate, micro_batches, policy_logprobs
@@ -67,8 +68,9 @@ def update_policy(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sche
     algo, optim = config.algorithm, config.optim
     temperature = algo.temperature if algo.temperature is not None else config.sampling.temperature
     minis = [samples[i::optim.updates_per_step] for i in range(optim.updates_per_step)]
-    micro = [micro_batches(m, optim.micro_batch_size, pad_id) for m in minis]
-    micro = [pad_to_same_count(m, dist, pad_id) for m in micro]
+    device = model_device(model)
+    micro = [micro_batches(m, optim.micro_batch_size, pad_id, device) for m in minis]
+    micro = [pad_to_same_count(m, dist, pad_id, device) for m in micro]
     model.train()
     try:
         return _update(model, optimizer, scheduler, samples, micro, config=config, dist=dist, reference=reference,
@@ -81,7 +83,7 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler:
             micro: list[list[MicroBatch]], *, config: TrainConfig, dist: fsdp.DistInfo,
             reference: torch.nn.Module | None, temperature: float,
             checkpointing: ActivationCheckpointing | None) -> dict[str, Any]:
-    algo, optim = config.algorithm, config.optim
+    algo, optim, compute = config.algorithm, config.optim, COMPUTE_DTYPES[config.dtype]
     old = [[old_logprobs(model, mb, config, reference, temperature) for mb in m] for m in micro]
     stats = StepStats()
     updates = 0
@@ -94,7 +96,7 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler:
         for mb, (old_logp, is_weights, ref_logp, mismatch) in zip(m, olds, strict=True):
             if checkpointing is not None:
                 checkpointing.prepare(mb.input_ids)
-            logp, ent = policy_logprobs(model, mb, temperature=temperature, with_entropy=True)
+            logp, ent = policy_logprobs(model, mb, temperature=temperature, with_entropy=True, compute_dtype=compute)
             loss, loss_stats = grpo.policy_loss(
                 logp, old_logp, mb.advantages, mb.mask, loss=algo.loss, clip_low=algo.clip_low,
                 clip_high=algo.clip_high, is_weights=is_weights, ref_logp=ref_logp, kl_coef=algo.kl_coef,
@@ -123,14 +125,14 @@ def old_logprobs(model: torch.nn.Module, mb: MicroBatch, config: TrainConfig, re
     """(old policy logprobs, mismatch importance weights or None, reference logprobs or None, the
     importance weights' statistics). The old policy is scored in eval mode, as the engine samples
     (a model with dropout would otherwise score it with a random mask); ``model``'s mode is kept."""
-    algo = config.algorithm
+    algo, compute = config.algorithm, COMPUTE_DTYPES[config.dtype]
     old, weights, ref, stats = mb.engine_logp, None, None, {}
     if algo.mismatch.mode == "decoupled":
         training = model.training
         model.eval()
         try:
             with torch.no_grad():
-                old, _ = policy_logprobs(model, mb, temperature=temperature)
+                old, _ = policy_logprobs(model, mb, temperature=temperature, compute_dtype=compute)
         finally:
             model.train(training)
         fsdp.reshard_after_forward_only(model)
@@ -138,7 +140,7 @@ def old_logprobs(model: torch.nn.Module, mb: MicroBatch, config: TrainConfig, re
                                            mode=algo.mismatch.weight, cap=algo.mismatch.cap)
     if reference is not None:
         with torch.no_grad():
-            ref, _ = policy_logprobs(reference, mb, temperature=temperature)
+            ref, _ = policy_logprobs(reference, mb, temperature=temperature, compute_dtype=compute)
     return old, weights, ref, stats
 
 
@@ -149,15 +151,21 @@ def advance_schedule(scheduler: Any) -> None:
         scheduler.step()
 
 
-def empty_batch(pad_id: int) -> MicroBatch:
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device ``model``'s parameters (this rank's shards) are on: where its batches go."""
+    return next(model.parameters()).device
+
+
+def empty_batch(pad_id: int, device: torch.device) -> MicroBatch:
     """A one-token micro-batch with mask 0: a forward pass that changes no gradient."""
-    return collate([TrainingSample("padding", [pad_id], [pad_id], [0], [0.0])], pad_id)
+    return collate([TrainingSample("padding", [pad_id], [pad_id], [0], [0.0])], pad_id, device)
 
 
-def pad_to_same_count(batches: list[MicroBatch], dist: fsdp.DistInfo, pad_id: int) -> list[MicroBatch]:
-    """``batches`` plus empty ones, to the largest count of any rank."""
+def pad_to_same_count(batches: list[MicroBatch], dist: fsdp.DistInfo, pad_id: int,
+                      device: torch.device) -> list[MicroBatch]:
+    """``batches`` plus empty ones on ``device``, to the largest count of any rank."""
     wanted = int(fsdp.all_reduce_max({"n": float(len(batches))}, dist)["n"])
-    return batches + [empty_batch(pad_id) for _ in range(wanted - len(batches))]
+    return batches + [empty_batch(pad_id, device) for _ in range(wanted - len(batches))]
 
 
 #: Statistics every rank reports (a collective needs the same keys everywhere).

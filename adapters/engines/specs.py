@@ -41,14 +41,15 @@ def make_model_policy(prefix: str, target: str, **options: Any) -> ModelPolicy:
     ``temperature``, ``top_p``, ``top_k``, ``stop`` (a tuple of strings), ``max_context``;
     hf: ``max_batch_size``, ``device``, ``threads`` (torch intra-op threads on CPU, default 1;
     0 keeps torch's default), ``weight_version``; sglang: ``tokenizer`` (a tokenizer dir when the
-    server's model path is not readable here), ``timeout``; and ``engine`` (an
+    server's model path is not readable here), ``timeout``; ``chat_format`` (the chat family, e.g.
+    ``llama3`` or ``qwen3_nothink``, instead of the detected one); and ``engine`` (an
     :class:`~envhub.adapters.engines.Engine` to use instead of building one; the tokenizer then
     comes from ``target``).
     """
     target, spec_options = _split_target(target)
     for key, value in spec_options.items():
         cast: Callable[[str], Any] | None = _SAMPLING_KEYS.get(key) or _ENGINE_KEYS.get(key)
-        if cast is None and key != "tokenizer":
+        if cast is None and key not in ("tokenizer", "chat_format"):
             raise ValueError(f"unknown policy option {key!r}")
         options.setdefault(key, cast(value) if cast else value)
     sampling = {k: options.pop(k) for k in list(options) if k in _SAMPLING_KEYS or k == "stop"}
@@ -57,10 +58,11 @@ def make_model_policy(prefix: str, target: str, **options: Any) -> ModelPolicy:
     params = DEFAULT_SAMPLING.with_(**sampling)
     engine: Engine | None = options.pop("engine", None)
     max_context = options.pop("max_context", None)
+    chat_format: str | None = options.pop("chat_format", None)
     if prefix == "hf":
-        return _hf_policy(target, params, engine, max_context, options)
+        return _hf_policy(target, params, engine, max_context, chat_format, options)
     if prefix == "sglang":
-        return _sglang_policy(target, params, engine, max_context, options)
+        return _sglang_policy(target, params, engine, max_context, chat_format, options)
     raise ValueError(f"unknown model policy prefix {prefix!r}; use hf: or sglang:")
 
 
@@ -81,11 +83,14 @@ def _load_tokenizer(path: str | Path) -> Any:
 
 
 def _hf_policy(target: str, params: SamplingParams, engine: Engine | None, max_context: int | None,
-               options: dict[str, Any]) -> ModelPolicy:
+               chat_format: str | None, options: dict[str, Any]) -> ModelPolicy:
     from envhub.adapters.engines.models import resolve_model
 
     path = resolve_model(target)
     tokenizer = _load_tokenizer(path)
+    from envhub.adapters.chat_format import chat_format_for
+
+    fmt = chat_format_for(tokenizer, chat_format)  # refuse an unsupported template before loading the model
     if engine is None:
         import torch
 
@@ -102,11 +107,11 @@ def _hf_policy(target: str, params: SamplingParams, engine: Engine | None, max_c
                                                     num_threads=threads or None, **from_pretrained_kw)
     _reject_unknown(options)
     return ModelPolicy(engine, tokenizer, params=params, max_context=max_context, name=f"hf:{target}",
-                       model_id=str(path), tokenizer_id=str(path))
+                       model_id=str(path), tokenizer_id=str(path), chat_format=fmt)
 
 
 def _sglang_policy(url: str, params: SamplingParams, engine: Engine | None, max_context: int | None,
-                   options: dict[str, Any]) -> ModelPolicy:
+                   chat_format: str | None, options: dict[str, Any]) -> ModelPolicy:
     from envhub.adapters.engines.sglang_client import SGLangEngine
 
     tokenizer_path = options.pop("tokenizer", None)
@@ -122,7 +127,7 @@ def _sglang_policy(url: str, params: SamplingParams, engine: Engine | None, max_
     tokenizer_dir = resolve_model(str(tokenizer_path))
     _reject_unknown(options)
     return ModelPolicy(engine, _load_tokenizer(tokenizer_dir), params=params, max_context=max_context,
-                       name=f"sglang:{url}", model_id=url, tokenizer_id=str(tokenizer_dir))
+                       name=f"sglang:{url}", model_id=url, tokenizer_id=str(tokenizer_dir), chat_format=chat_format)
 
 
 def _reject_unknown(options: dict[str, Any]) -> None:

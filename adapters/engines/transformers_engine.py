@@ -9,9 +9,9 @@ Positions are explicit (``position_ids`` count only real tokens) and padded key 
 a row's tokens and logprobs do not depend on which other rows shared its batch beyond float
 rounding; ``tests/adapters/test_engine_transformers.py`` checks batched against unbatched greedy decoding.
 
-Logprobs are of the distribution actually sampled from: :func:`.sampling.processed_logprobs`
-(temperature, top-k, top-p; the raw ``log_softmax`` for greedy). :func:`score_tokens` recomputes
-them with one full forward pass; the audit uses it to measure the train/inference mismatch.
+Logprobs are of the distribution actually sampled from: :func:`.sampling.processed_logprobs` (temperature,
+top-k, top-p; the raw ``log_softmax`` for greedy), from fp32 logits whatever ``compute_dtype`` the forward
+passes use. :func:`score_tokens` recomputes them in one forward pass (the audit's train/inference mismatch).
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ from typing import Any
 import torch
 
 from envhub.adapters.engines.base import GenerateResult, SamplingParams
+from envhub.adapters.engines.precision import forward_precision
 from envhub.adapters.engines.sampling import processed_logprobs, sample, stop_string_hit
 from envhub.errors import ContextOverflowError, EngineError
+
+_HOST = torch.device("cpu")  # where request tensors are built before they go to the model's device
 
 
 @dataclass
@@ -70,10 +73,7 @@ class TransformersEngine:
     name = "transformers"
 
     def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        *,
+        self, model: Any, tokenizer: Any, *,
         max_batch_size: int = 16,
         max_context: int | None = None,
         batch_window_s: float = 0.005,
@@ -82,6 +82,7 @@ class TransformersEngine:
         seed: int | None = None,
         model_id: str | None = None,
         num_threads: int | None = None,
+        compute_dtype: torch.dtype = torch.float32,
     ) -> None:
         if num_threads is not None:  # process-wide: torch has one intra-op pool
             torch.set_num_threads(num_threads)
@@ -89,13 +90,14 @@ class TransformersEngine:
         self.tokenizer = copy.deepcopy(tokenizer)  # the worker decodes; never share a Rust tokenizer
         self.model_id = model_id or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
         self.device = next(model.parameters()).device
+        self.compute_dtype = compute_dtype  # of the forward passes (precision.forward_precision)
         self.max_context = int(max_context or getattr(model.config, "max_position_embeddings", 0) or 4096)
         self.max_batch_size = max(1, max_batch_size)
         self.batch_window_s = batch_window_s
         self.pad_id = _pad_id(tokenizer)
         self.eos_token_ids = frozenset(eos_token_ids if eos_token_ids is not None else _eos_ids(model, tokenizer))
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        self._cache_kw = _cache_keyword(model)
+        self._cache_kw = cache_keyword(model)
         self._weight_version = weight_version
         self._rng = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "big"))
         self._queue: queue.Queue[_Request] = queue.Queue()
@@ -173,7 +175,8 @@ class TransformersEngine:
         """Logprobs of ``ids[start:]`` under ``params``' distribution, from one full forward pass."""
         p = params or SamplingParams(temperature=0.0)
         with self._lock:
-            return score_tokens(self.model, ids, start, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
+            return score_tokens(self.model, ids, start, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
+                                compute_dtype=self.compute_dtype)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -289,29 +292,31 @@ class TransformersEngine:
 
     def _prefill(self, reqs: list[_Request]) -> _Running | None:
         width = max(len(r.prompt) for r in reqs)
-        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(reqs), width), dtype=torch.long)
+        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long, device=_HOST)
+        mask = torch.zeros((len(reqs), width), dtype=torch.long, device=_HOST)
         for i, r in enumerate(reqs):
-            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt)
+            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt, device=_HOST)
             mask[i, width - len(r.prompt):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1)
+        with forward_precision(self.device, self.compute_dtype):
+            out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                             position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1)
         self.stats["prefills"] += 1
-        running = _Running(reqs=list(reqs), cache=_output_cache(out), mask=mask,
-                           next_pos=torch.tensor([len(r.prompt) for r in reqs], dtype=torch.long))
+        running = _Running(reqs=list(reqs), cache=output_cache(out), mask=mask,
+                           next_pos=torch.tensor([len(r.prompt) for r in reqs], dtype=torch.long, device=_HOST))
         return self._sample_and_prune(running, out.logits[:, -1, :])
 
     def _decode(self, running: _Running) -> _Running | None:
         rows = len(running.reqs)
-        ids = torch.tensor([[r.out_ids[-1]] for r in running.reqs], dtype=torch.long)
-        mask = torch.cat([running.mask, torch.ones((rows, 1), dtype=torch.long)], dim=1)
-        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=running.next_pos[:, None].to(self.device),
-                         use_cache=True, **{self._cache_kw: running.cache})
+        ids = torch.tensor([[r.out_ids[-1]] for r in running.reqs], dtype=torch.long, device=_HOST)
+        mask = torch.cat([running.mask, torch.ones((rows, 1), dtype=torch.long, device=_HOST)], dim=1)
+        with forward_precision(self.device, self.compute_dtype):
+            out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                             position_ids=running.next_pos[:, None].to(self.device),
+                             use_cache=True, **{self._cache_kw: running.cache})
         self.stats["steps"] += 1
         self.stats["max_rows"] = max(self.stats["max_rows"], rows)
-        running.cache, running.mask, running.next_pos = _output_cache(out), mask, running.next_pos + 1
+        running.cache, running.mask, running.next_pos = output_cache(out), mask, running.next_pos + 1
         return self._sample_and_prune(running, out.logits[:, -1, :])
 
     def _sample_and_prune(self, running: _Running, logits: torch.Tensor) -> _Running | None:
@@ -319,7 +324,7 @@ class TransformersEngine:
         for i, r in enumerate(running.reqs):
             groups.setdefault((r.params.temperature, r.params.top_k, r.params.top_p), []).append(i)
         for (temperature, top_k, top_p), rows in groups.items():
-            logprobs = processed_logprobs(logits[rows], temperature, top_k, top_p).cpu()
+            logprobs = processed_logprobs(logits[rows].float(), temperature, top_k, top_p).cpu()
             for j, i in enumerate(rows):
                 req = running.reqs[i]
                 token = sample(logprobs[j], temperature == 0.0, req.generator or self._rng)
@@ -330,7 +335,7 @@ class TransformersEngine:
         if not keep:
             return None
         if len(keep) < len(running.reqs):
-            index = torch.tensor(keep, dtype=torch.long)
+            index = torch.tensor(keep, dtype=torch.long, device=_HOST)
             _select_rows(running.cache, index.to(self.device))
             running.reqs = [running.reqs[i] for i in keep]
             running.mask, running.next_pos = running.mask[index], running.next_pos[index]
@@ -360,14 +365,14 @@ class TransformersEngine:
         return True
 
 
-def _cache_keyword(model: Any) -> str:
+def cache_keyword(model: Any) -> str:
     """``cache`` in recent transformers, ``past_key_values`` before (still accepted, with a warning)."""
     import inspect
 
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _output_cache(out: Any) -> Any:
+def output_cache(out: Any) -> Any:
     cache = out.get("cache") if hasattr(out, "get") else None
     return cache if cache is not None else out.past_key_values
 
@@ -432,7 +437,7 @@ def _merge(a: _Running | None, b: _Running | None) -> _Running | None:
 # ---- scoring ---------------------------------------------------------------------------------------
 
 def score_tokens(model: Any, ids: Sequence[int], start: int, *, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0) -> list[float]:
+                 top_p: float = 1.0, compute_dtype: torch.dtype = torch.float32) -> list[float]:
     """Logprobs of ``ids[start:]`` given everything before them, under the processed distribution
     of (``temperature``, ``top_k``, ``top_p``): one forward pass, no cache, no padding."""
     if not 0 < start <= len(ids):
@@ -443,8 +448,9 @@ def score_tokens(model: Any, ids: Sequence[int], start: int, *, temperature: flo
     ctx = torch.inference_mode() if not torch.is_inference_mode_enabled() else contextlib.nullcontext()
     with ctx:
         x = torch.tensor([list(ids)], dtype=torch.long, device=device)
-        logits = model(input_ids=x, logits_to_keep=len(ids) - start + 1).logits[0, :-1]
-        logprobs = processed_logprobs(logits, temperature, top_k, top_p)
+        with forward_precision(device, compute_dtype):
+            logits = model(input_ids=x, logits_to_keep=len(ids) - start + 1).logits[0, :-1]
+        logprobs = processed_logprobs(logits.float(), temperature, top_k, top_p)
         target = torch.tensor(list(ids[start:]), dtype=torch.long, device=device)[:, None]
         return logprobs.gather(-1, target).squeeze(-1).float().cpu().tolist()
 

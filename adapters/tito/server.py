@@ -15,8 +15,7 @@ from envhub.adapters.tito.messages import TitoError, brief, classify_divergence,
 from envhub.adapters.tito.session import AssistantTurn, Segment, Session, restore, snapshot
 from envhub.adapters.token_record import TokenRecord
 from envhub.errors import ContextOverflowError, EngineError
-from envhub.parsing import HermesParser
-from envhub.types import Message, ToolSpec
+from envhub.types import Message, ToolCall, ToolSpec
 
 DEFAULT_MAX_TOKENS = 256
 #: Sessionless requests whose sessions are kept (to read back their trajectory) before the oldest go.
@@ -32,8 +31,11 @@ class ChatFormatLike(Protocol):
 
     def strip_end(self, text: str) -> str: ...
 
+    def assistant_message(self, text: str) -> tuple[str, str, list[ToolCall]]: ...
+
     def end_token_id(self, tokenizer: Any) -> int: ...
 
+    def stop_token_ids(self, tokenizer: Any) -> tuple[int, ...]: ...
 
 
 class TitoServer:
@@ -59,7 +61,7 @@ class TitoServer:
         self.default_max_tokens = default_max_tokens
         self.default_temperature = default_temperature
         self.end_id = chat_format.end_token_id(tokenizer)
-        self.parser = HermesParser()
+        self.stop_ids = chat_format.stop_token_ids(tokenizer)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._tok_lock = threading.Lock()  # Rust tokenizers are not safe to share across threads
@@ -253,7 +255,7 @@ class TitoServer:
         text = self._decode(sampled)
         start = len(seg.record.response_ids)
         seg.record.append_sampled(sampled, logprobs)
-        seg.closed = bool(sampled) and sampled[-1] == self.end_id
+        seg.closed = bool(sampled) and sampled[-1] in self.stop_ids
         content = self.chat_format.strip_end(text)
         message, finish = self._assistant_message(content, result.finish_reason, request)
         seg.assistant_at[len(seg.messages)] = len(seg.turns)
@@ -293,22 +295,24 @@ class TitoServer:
             top_p=1.0 if top_p is None else float(top_p),
             top_k=int(body.get("top_k") or 0),
             stop=stops,
-            stop_token_ids=(self.end_id,),
+            stop_token_ids=self.stop_ids,
             seed=body.get("seed"),
         )
 
     def _assistant_message(self, content: str, finish_reason: str, request: int) -> tuple[dict[str, Any], str]:
-        """The OpenAI message for a sampled text: Hermes ``<tool_call>`` blocks become ``tool_calls``
-        (the text stays verbatim in the token record; this is only what the client is shown)."""
+        """The OpenAI message for a sampled text: tool calls in the family's syntax become ``tool_calls``
+        (with the id the model wrote, as Mistral's may), reasoning (Qwen3's ``<think>``) becomes
+        ``reasoning_content`` (the text stays verbatim in the token record; this is only what the
+        client is shown)."""
         finish = {"stop": "stop", "length": "length"}.get(finish_reason, "stop")
-        if "<tool_call>" not in content:
-            return {"role": "assistant", "content": content}, finish
-        parsed = self.parser.parse(content)
-        if parsed.error or not parsed.calls:
-            return {"role": "assistant", "content": content}, finish
-        before = content.split("<tool_call>", 1)[0].strip()
-        calls = [{"id": f"call_{request}_{i}", "type": "function",
-                  "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
-                 for i, c in enumerate(parsed.calls)]
-        return {"role": "assistant", "content": before or None, "tool_calls": calls}, "tool_calls"
-
+        reasoning, shown, calls = self.chat_format.assistant_message(content)
+        message: dict[str, Any] = {"role": "assistant", "content": shown}
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if not calls:
+            return message, finish
+        message["content"] = shown or None
+        message["tool_calls"] = [{"id": c.id or f"call_{request}_{i}", "type": "function",
+                                  "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+                                 for i, c in enumerate(calls)]
+        return message, "tool_calls"

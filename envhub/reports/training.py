@@ -63,6 +63,8 @@ class TrainingData(RunData):
     #: ``sft.json`` (examples, seconds, the per-step loss and entropy) and ``summary.json``, when written
     sft: dict[str, Any] | None = None
     run_summary: dict[str, Any] | None = None
+    #: ``best.json``: the eval whose weights ``best/`` holds (the highest validation strict success)
+    best: dict[str, Any] | None = None
     #: the eval GRPO started from (after-sft, else before) against the final one, on the same episodes
     paired: dict[str, Any] | None = None
 
@@ -198,7 +200,7 @@ def load_training(path: Path) -> TrainingData | None:
     return TrainingData(kind="training", run_dir=path, run=run, summary=summary, records=records, tasks={},
                         notes=notes, config=config, steps=steps, evals=evals, eval_reports=eval_reports,
                         final_tag=final_tag, final_eval=final_eval, sft=sft, run_summary=run_summary,
-                        paired=_paired(files, evals, final_tag))
+                        paired=_paired(files, evals, final_tag), best=files.best())
 
 
 def eval_source(line: dict[str, Any]) -> str:
@@ -286,7 +288,14 @@ def reward_over_steps(data: TrainingData) -> bytes:
     xs = [float(e.get("step", 0) or 0) for e in data.evals if stat(e, "strict_success") is not None]
     ys = [float(e["strict_success"]) for e in data.evals if stat(e, "strict_success") is not None]
     _step_axis(val)
-    val.plot(xs, ys, marker="s", color="#6a1b9a", label="strict success")
+    shown = [e for e in data.evals if stat(e, "strict_success") is not None]
+    bars = [[y - float((e.get("interval") or (y, y))[0]) for e, y in zip(shown, ys, strict=True)],
+            [float((e.get("interval") or (y, y))[1]) - y for e, y in zip(shown, ys, strict=True)]]
+    val.errorbar(xs, ys, yerr=bars, marker="s", color="#6a1b9a", capsize=3, label="strict success, 95 % interval")
+    best = [(x, y) for e, x, y in zip(shown, xs, ys, strict=True) if data.best and e["tag"] == data.best.get("tag")]
+    if best:
+        val.plot(*best[0], marker="*", markersize=12, color="#f9a825", linestyle="", label="best/")
+        val.legend(fontsize=SMALL_TEXT, loc="lower right")
     for e, x, y in zip([e for e in data.evals if stat(e, "strict_success") is not None], xs, ys, strict=True):
         val.annotate(str(e["tag"]), (x, y), fontsize=SMALL_TEXT, xytext=(3, 3), textcoords="offset points")
     val.set_ylim(-0.05, 1.05)

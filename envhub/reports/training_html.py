@@ -143,8 +143,12 @@ def _evals(data: TrainingData, plots: dict[str, str]) -> str:
                      _fmt(stat(rep, "mean_reward"))])
     head = ["eval", "step", "split", "episodes", "strict success", "95 % interval (Wilson)", "success excl. infra",
             "failed by policy", "truncated", "failed by environment", "mean reward"]
+    best = data.best
+    kept = (f'<p id="best">best checkpoint: eval <b>{esc(best.get("tag"))}</b> (step {esc(best.get("step"))}, strict '
+            f'success {_rate(stat(best, "strict_success"))} {_interval(best.get("interval"))}), weights in '
+            f'<code>{esc(best.get("weights"))}</code></p>') if best else ""
     return (f"<p>Validation only ({esc(data.validation_split)} split), from evals.jsonl and eval/TAG/report.json; "
-            "never mixed with the training episodes.</p>" + html_table(head, rows, "evals")
+            "never mixed with the training episodes.</p>" + html_table(head, rows, "evals") + kept
             + img(plots, "final_eval_outcomes", "final eval: episodes by outcome"))
 
 

@@ -78,3 +78,47 @@ def test_the_last_number_parser_explains_a_reply_without_a_number_and_refuses_tw
     assert hedge.calls == [] and "2 <answer> blocks" in hedge.error
     (call,) = parser.parse('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>').calls
     assert call.name == "python"
+
+
+# ---- the syntax of every chat family envhub renders (envhub.adapters.chat_format) ----------------------
+
+@pytest.mark.parametrize("text", [
+    '{"name": "python", "parameters": {"code": "print(1)"}}<|eot_id|>',  # Llama 3: the reply is the call
+    '<|python_tag|>{"name": "python", "parameters": {"code": "print(1)"}}<|eom_id|>',
+    '[TOOL_CALLS][{"name": "python", "arguments": {"code": "print(1)"}}]</s>',  # Mistral
+    '<think>\nA <tool_call>{"name": "answer"}</tool_call>?\n</think>\n\n<tool_call>\n'
+    '{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call><|im_end|>',  # Qwen3
+])
+def test_the_default_parser_reads_every_familys_calls(text):
+    result = DefaultParser().parse(text)
+    assert result.error is None
+    assert [(c.name, c.arguments) for c in result.calls] == [("python", {"code": "print(1)"})]
+
+
+def test_mistral_calls_keep_their_ids_and_explain_bad_json():
+    from envhub.parsing import MistralParser
+
+    text = '[TOOL_CALLS][{"name": "a", "arguments": {}, "id": "abc123XYZ"}, {"name": "b", "arguments": {"x": 1}}]</s>'
+    assert [(c.name, c.id) for c in MistralParser().parse(text).calls] == [("a", "abc123XYZ"), ("b", None)]
+    assert "invalid JSON" in DefaultParser().parse("[TOOL_CALLS][{oops}]").error
+    assert MistralParser().parse("no calls").error == "no [TOOL_CALLS] block found"
+
+
+def test_reasoning_is_not_an_action():
+    from envhub.parsing import visible_text
+
+    assert visible_text("<think>\nhm\n</think>\n\nDone.") == "\n\nDone."
+    assert visible_text("<think>\ncut off while thinking <tool_call>") == ""  # never closed: nothing to act on
+    assert visible_text("plain") == "plain"
+    unclosed = DefaultParser().parse('<think>\nI will write <tool_call>{"name": "python"}</tool_call>')
+    assert unclosed.calls == [] and "no tool call found" in unclosed.error
+    (call,) = PARSERS["last_number"]().parse("<think>\nmaybe 7, or 9\n</think>\n\nIt is 8.").calls
+    assert call.arguments == {"answer": "8"}
+
+
+def test_answer_parsers_read_a_json_call_and_still_grade_a_list_by_its_last_number():
+    for name in ("answer_tag", "last_number"):
+        (call,) = PARSERS[name]().parse('{"name": "answer", "parameters": {"answer": "7"}}<|eot_id|>').calls
+        assert (call.name, call.arguments) == ("answer", {"answer": "7"})
+    (call,) = PARSERS["last_number"]().parse("[1, 2, 3]").calls
+    assert call.arguments == {"answer": "3"}
