@@ -233,12 +233,18 @@ class ExecutorChannel:
                 raise SandboxError("the sandbox executor exited (its sandbox died or was killed)")
             self._buf += chunk
 
-    def close(self) -> None:
-        """Refuse new calls, wake one in flight, and free the fds once none is (see the module
-        docstring). Safe from any thread."""
+    def refuse(self) -> None:
+        """Fail every new call from now on, and a call in flight once it ends (as "closed during
+        the call"), without waking it: whoever destroys the sandbox next wakes it by EOF. Safe
+        from any thread, and more than once."""
         if not self.broken:
             self.broken = "closed"
         self._closing = True
+
+    def close(self) -> None:
+        """Refuse new calls, wake one in flight, and free the fds once none is (see the module
+        docstring). Safe from any thread."""
+        self.refuse()
         self._transport.interrupt()
         # The woken call frees the fds itself on its way out; waiting here covers the moment a
         # call is past that check but has not yet let go of the lock.

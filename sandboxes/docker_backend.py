@@ -120,6 +120,7 @@ def container_config(spec: SandboxSpec, image: str, command: list[str]) -> tuple
 class DockerSandbox(OomRestart):
     backend = "docker"
     workdir = WORKDIR
+    _destroy_closes_channel_fds = False
 
     def __init__(self, spec: SandboxSpec | None = None) -> None:
         super().__init__(spec)

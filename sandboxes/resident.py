@@ -129,6 +129,11 @@ class ResidentSandbox(ABC):
 
     backend: str = ""
     workdir: str = "/work"
+    #: ``_destroy`` closes fds the channel reads (a child's pipes), so the channel lets go of
+    #: them first. Where the channel's fds are its own (a container's attach socket), the
+    #: isolation is destroyed first: a call in flight wakes by EOF, and a close from a signal
+    #: handler never waits on the lock of the call it interrupted before the container is gone.
+    _destroy_closes_channel_fds: bool = True
 
     def __init__(self, spec: SandboxSpec | None = None) -> None:
         self.spec = spec or SandboxSpec()
@@ -243,13 +248,18 @@ class ResidentSandbox(ABC):
         return self
 
     def _teardown(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
+        channel = self._channel
+        if channel is not None:
+            channel.refuse()
+            if self._destroy_closes_channel_fds:
+                channel.close()
         with self._proc_dir_lock:
             fd, self._proc_dir, self._proc_dir_known = self._proc_dir, None, True
         if fd is not None:
             os.close(fd)
         self._destroy()
+        if channel is not None and not self._destroy_closes_channel_fds:
+            channel.close()
 
     def close(self) -> None:
         if not self._close_once.acquire(blocking=False):

@@ -2,8 +2,8 @@
 # The trainer on a GPU, one prepared run (docs/training.md, "Devices and precision"):
 #   bash scripts/gpu-check.sh [auto|cpu|cuda]      (default auto: CUDA when torch sees it)
 # 1. the trainer's tests; 2. an SFT stage and a GRPO step in bf16 in one process; 3. one FSDP2 GRPO step
-# under torchrun --nproc_per_node 1 (nccl on CUDA, gloo on the CPU). Steps 2 and 3 print tokens/s and peak
-# memory on `gpu-check:` lines. Set GPU_CHECK_TESTS=0 to skip step 1 (the CI test of this script does),
+# under torchrun --nproc_per_node 1 (nccl on CUDA, gloo on the CPU), then one with LoRA. Steps 2-3 print
+# tokens/s and peak memory on `gpu-check:` lines. Set GPU_CHECK_TESTS=0 to skip step 1 (the CI test of this script does),
 # GPU_CHECK_MODEL to train another model (default: smollm2-135m on CUDA, a tiny random model on the CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,7 @@
 1. an SFT stage and a GRPO step in one process, in ``--dtype`` (bf16 by default: fp32 master weights,
    bf16 forward passes), on ``--device``;
 2. one GRPO step under ``torchrun --nproc_per_node 1``: FSDP2 over one device (nccl on CUDA, gloo on
-   the CPU), in the same dtype.
+   the CPU), in the same dtype; 3. the same with a LoRA adapter (peft, r 16, all linear layers).
 
 Each prints one ``gpu-check:`` line with tokens/s (sampled tokens over rollout seconds; for SFT, trained
 tokens over its seconds) and peak memory (CUDA: torch's max allocated; CPU: the process's peak RSS), and
@@ -33,12 +33,12 @@ from letter_env import register_test_env  # noqa: E402
 from trainer_fixtures import letter_config  # noqa: E402
 
 
-def _config(run_dir: Path, model: Path, args: argparse.Namespace, **sections: object) -> dict:
+def _config(run_dir: Path, model: Path, args: argparse.Namespace, *, lr: float = 1e-5, **sections: object) -> dict:
     return letter_config(run_dir, model, device=args.device, dtype=args.dtype, steps=1, threads=0,
                          sampling={"max_new_tokens": args.max_new_tokens, "temperature": 1.0},
                          rollout={"groups_per_step": 2, "group_size": 8, "concurrency": 16,
                                   "max_response_tokens": args.max_new_tokens, "max_context": 512},
-                         optim={"lr": 1e-5, "micro_batch_size": 8}, **sections)
+                         optim={"lr": lr, "micro_batch_size": 8}, **sections)
 
 
 def _peak(device: str) -> str:
@@ -71,10 +71,12 @@ def in_process(model: Path, gold: Path, out: Path, args: argparse.Namespace) -> 
         trainer.close()
 
 
-def under_torchrun(model: Path, out: Path, args: argparse.Namespace) -> None:
-    run = out / "fsdp"
-    config = _config(run, model, args, algorithm={"drop_zero_variance": False})
-    path = out / "fsdp.yaml"
+def under_torchrun(model: Path, out: Path, args: argparse.Namespace, *, lora: bool = False) -> None:
+    name = "fsdp-lora" if lora else "fsdp"
+    run = out / name
+    config = _config(run, model, args, algorithm={"drop_zero_variance": False},
+                     **({"lora": {"r": 16, "alpha": 32.0}, "lr": 1e-4} if lora else {}))
+    path = out / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--standalone",
                str(TESTS / "train_script.py"), str(path)]
@@ -82,7 +84,7 @@ def under_torchrun(model: Path, out: Path, args: argparse.Namespace) -> None:
     record = json.loads((run / "steps.jsonl").read_text(encoding="utf-8").splitlines()[-1])
     peak = record.get("device_peak_mb")
     memory = f"peak {peak:.0f} MiB allocated" if peak is not None else f"RSS {record['rss_mb']:.0f} MiB"
-    print(f"gpu-check: FSDP2 step under torchrun (1 process) in {args.dtype}: "
+    print(f"gpu-check: FSDP2 {'LoRA ' if lora else ''}step under torchrun (1 process) in {args.dtype}: "
           f"{record['tokens_per_second']:.0f} sampled tokens/s, train {record['time']['train_s']:.1f}s, {memory}",
           flush=True)
 
@@ -108,6 +110,7 @@ def main() -> int:
     run_rollouts("test/FirstLetter-v0", make_policy("gold"), out_dir=gold, episodes=16)
     in_process(model, gold, out, args)
     under_torchrun(model, out, args)
+    under_torchrun(model, out, args, lora=True)
     print(f"gpu-check: ok ({out})")
     return 0
 

@@ -5,7 +5,8 @@ SmolLM2-135M on this CPU: backward 12.1 s -> 13.7 s per micro-batch of 4 x 200 t
 the activations the backward would otherwise keep: about 0.55 MiB per token for that model
 (1024 tokens: 2.67 -> 2.11 GiB peak; 2048 tokens: 3.81 -> 2.59 GiB). Under ``auto`` a micro-batch
 recomputes only when its estimated saved activations exceed ``activation_memory_fraction`` of the
-training state (fp32 weights, gradients and AdamW's two moments: 16 bytes per parameter), so the
+training state (fp32 weights, gradients and AdamW's two moments: 16 bytes per trained parameter,
+4 per frozen one), so the
 peak stays within that fraction of what training holds anyway and short batches run at full speed.
 
 The estimate per token is ``4 bytes x layers x (4 x hidden + 2 x intermediate)`` (0.62 MiB for
@@ -38,7 +39,8 @@ class ActivationCheckpointing:
         from transformers.modeling_layers import GradientCheckpointingLayer
 
         self.layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-        state_bytes = 16.0 * sum(p.numel() for p in model.parameters())
+        # trained weights hold a gradient and two moments; frozen ones (a LoRA base) only themselves
+        state_bytes = sum((16.0 if p.requires_grad else 4.0) * p.numel() for p in model.parameters())
         per_token = activation_bytes_per_token(getattr(model, "config", None))
         #: the most padded tokens a micro-batch may have and still keep its activations (auto)
         self.max_tokens = int(fraction * state_bytes / per_token) if per_token else None

@@ -22,6 +22,9 @@ step that skipped its update would not be the same work.
 The memory check runs the real ``python -m envhub.trainer`` (checkpoints and all) on the tiny model
 for ``--memory-steps`` steps and reports the RSS growth from step ``--memory-from`` to the last
 step, from ``RUN/steps.jsonl``. No figure here is ever a test assertion.
+
+With ``--lora`` both sides are ours: the same config with a LoRA adapter (``lora``: r, alpha 2r, every
+linear layer) and without (``full``); the ratios are LoRA over full fine-tuning, with no target.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,8 +51,8 @@ TARGETS = {"time": 0.7, "memory": 0.9, "rss_growth_pct": 2.0}
 TINY = "tiny"
 #: steps in each median of the memory check
 WINDOW = 5
-OURS_DOES = ("rollout through the env (the engine samples from the training module, env steps, verifier grades) + "
-             "token audit + advantages + update (forward, backward, AdamW) + new weight version to the engine")
+#: the trainer config each of our sides runs (the TRL side gets the same settings as TRL's)
+CONFIG_OF = {"ours": "ours_config", "full": "ours_config", "lora": "lora_config"}
 TRL_DOES = {
     "single": "model.generate + reward (the env's parser and verifier per completion) + update",
     "multi": "rollout_func (envhub episodes through adapters/trl.py, TRL's model) + verifier reward + update",
@@ -87,12 +89,15 @@ class BenchSettings:
     #: TRL's own default (GRPOConfig.gradient_checkpointing=True); ours is activation_checkpointing: auto
     trl_gradient_checkpointing: bool = True
     split: str = "train"
+    #: compare a LoRA adapter run ("lora") with full fine-tuning ("full") instead of ours with TRL
+    lora: bool = False
+    lora_r: int = 16
     modes: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=lambda: dict(MODES))
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in (
             ("steps", 1), ("warmup", 0), ("rounds", 1), ("group_size", 2), ("prompts", 1), ("max_new_tokens", 1),
-            ("threads", 1), ("memory_steps", 0), ("memory_from", 1)) if getattr(self, name) < low]
+            ("threads", 1), ("memory_steps", 0), ("memory_from", 1), ("lora_r", 1)) if getattr(self, name) < low]
         if self.mode not in ("single", "multi", "both"):
             problems.append(f"mode must be single, multi or both, got {self.mode!r}")
         if self.micro_batch_size is not None and (self.micro_batch_size < 1
@@ -106,6 +111,11 @@ class BenchSettings:
                             "or 0 to skip the memory check")
         if problems:
             raise ValueError("envhub bench train: " + "; ".join(problems))
+
+    @property
+    def sides(self) -> tuple[str, str]:
+        """The two sides, the measured one first: the ratios are the first's over the second's."""
+        return ("lora", "full") if self.lora else ("ours", "trl")
 
     @property
     def completions(self) -> int:
@@ -208,8 +218,9 @@ def side_figures(child: dict[str, Any], peak_rss_mb: float, warmup: int) -> dict
             **({"time_split": child["steps"][-1]["time"]} if "time" in child["steps"][-1] else {})}
 
 
-def ratios(ours: dict[str, Any], trl: dict[str, Any]) -> dict[str, float]:
-    return {"time": ours["seconds_per_step"] / trl["seconds_per_step"], "memory": ours["peak_rss_mb"] / trl["peak_rss_mb"]}
+def ratios(measured: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float]:
+    return {"time": measured["seconds_per_step"] / baseline["seconds_per_step"],
+            "memory": measured["peak_rss_mb"] / baseline["peak_rss_mb"]}
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -245,10 +256,13 @@ def bench_mode(s: BenchSettings, mode: str, model: Path, work: Path) -> dict[str
     for number in range(1, s.rounds + 1):
         spec = {"mode": mode, "env_id": env_id, "env_args": env_args, "split": s.split, "task_ids": tasks,
                 "model": str(model), "settings": _plain(s), "response_budget": s.response_budget(mode),
-                "ours_config": ours_config(s, mode, model, here / f"ours-run-{number}", curriculum, total)}
+                "ours_config": ours_config(s, mode, model, here / f"ours-run-{number}", curriculum, total),
+                "lora_config": {**ours_config(s, mode, model, here / f"lora-run-{number}", curriculum, total),
+                                "lora": {"r": s.lora_r, "alpha": 2.0 * s.lora_r}}}
         spec_path = here / f"spec-{number}.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        order = ("ours", "trl") if number % 2 else ("trl", "ours")
+        first, second = s.sides
+        order = (first, second) if number % 2 else (second, first)
         sides = {}
         for side in order:
             out = here / f"{side}-{number}.json"
@@ -256,10 +270,10 @@ def bench_mode(s: BenchSettings, mode: str, model: Path, work: Path) -> dict[str
             peak = run_child(argv, child_env(s.threads), here / f"{side}-{number}.log")
             sides[side] = {**side_figures(json.loads(out.read_text(encoding="utf-8")), peak, s.warmup),
                            "warmup": s.warmup}
-        rounds.append({"round": number, "order": list(order), **sides, "ratio": ratios(sides["ours"], sides["trl"])})
-    ours, trl = pooled(rounds, "ours"), pooled(rounds, "trl")
+        rounds.append({"round": number, "order": list(order), **sides, "ratio": ratios(sides[first], sides[second])})
     return {"env": env_id, "env_args": env_args, "task_ids": tasks, "completions_per_step": s.completions,
-            "max_completion_tokens": s.response_budget(mode), "ours": ours, "trl": trl, "rounds": rounds,
+            "max_completion_tokens": s.response_budget(mode), "sides": list(s.sides),
+            **{side: pooled(rounds, side) for side in s.sides}, "rounds": rounds,
             "ratio": {key: statistics.median(r["ratio"][key] for r in rounds) for key in ("time", "memory")},
             "ratio_spread": {key: spread([r["ratio"][key] for r in rounds]) for key in ("time", "memory")}}
 
@@ -346,7 +360,8 @@ def table(result: dict[str, Any]) -> list[str]:
              f"{s['micro_batch_size'] or s['completions_per_step']}, max_new_tokens {s['max_new_tokens']}, "
              f"temperature {s['temperature']}, {s['threads']} thread(s); {s['rounds']} round(s) of both sides, "
              f"the order alternating, {s['steps']} measured step(s) after {s['warmup']} warmup per side and round; "
-             f"TRL gradient_checkpointing={s['trl_gradient_checkpointing']}"]
+             + (f"LoRA r={s['lora_r']} against full fine-tuning" if s.get("lora")
+                else f"TRL gradient_checkpointing={s['trl_gradient_checkpointing']}")]
     for mode in ("single", "multi"):
         if mode not in result:
             continue
@@ -354,23 +369,24 @@ def table(result: dict[str, Any]) -> list[str]:
         if "error" in r:
             lines += ["", f"{mode}-turn: FAILED: {r['error']}"]
             continue
+        first, second = r.get("sides", ("ours", "trl"))
         lines += ["", f"{mode}-turn on {r['env']} (completions up to {r['max_completion_tokens']} tokens)",
                   f"  {'':6} {'s/step':>8} {'peak RSS MiB':>13} {'tokens/compl':>13} {'reward':>7}"]
-        for side in ("ours", "trl"):
+        for side in (first, second):
             f = r[side]
             tokens = "-" if f["completion_tokens_mean"] is None else f"{f['completion_tokens_mean']:.1f}"
             reward = "-" if f["reward_mean"] is None else f"{f['reward_mean']:.3f}"
             lines.append(f"  {side:6} {f['seconds_per_step']:8.2f} {f['peak_rss_mb']:13.0f} {tokens:>13} {reward:>7}")
         t, m = r["ratio"]["time"], r["ratio"]["memory"]
-        lines.append(f"  ours/TRL, median of {len(r['rounds'])} round(s): time {t:.2f}x "
-                     f"(target <= {TARGETS['time']}x: {_met(t <= TARGETS['time'])}), "
-                     f"memory {m:.2f}x (target <= {TARGETS['memory']}x: {_met(m <= TARGETS['memory'])})")
+        targets = ((f" (target <= {TARGETS['time']}x: {_met(t <= TARGETS['time'])})",
+                    f" (target <= {TARGETS['memory']}x: {_met(m <= TARGETS['memory'])})") if second == "trl" else ("", ""))
+        lines.append(f"  {first}/{second}, median of {len(r['rounds'])} round(s): time {t:.2f}x{targets[0]}, "
+                     f"memory {m:.2f}x{targets[1]}")
         ts, ms = r["ratio_spread"]["time"], r["ratio_spread"]["memory"]
         lines.append(f"  spread over the rounds: time {ts['min']:.2f}x-{ts['max']:.2f}x, memory {ms['min']:.2f}x-"
                      f"{ms['max']:.2f}x; per round (first side first): " + ", ".join(
                          f"{'/'.join(x['order'])} {x['ratio']['time']:.2f}x" for x in r["rounds"]))
-        lines.append(f"  per step, ours: {r['ours']['does']}")
-        lines.append(f"  per step, TRL:  {r['trl']['does']}")
+        lines += [f"  per step, {side}: {r[side]['does']}" for side in (first, second)]
     mem = result.get("memory")
     if mem and "error" in mem:
         lines += ["", f"memory check: FAILED: {mem['error']}"]
@@ -396,37 +412,12 @@ def _plain(s: BenchSettings) -> dict[str, Any]:
 
 # ---- the children -------------------------------------------------------------------------------
 
-def ours_child(spec: dict[str, Any]) -> dict[str, Any]:
-    """Our side: ``Trainer.train_step`` timed from outside, for every step of the config."""
-    from envhub.run_dir import TrainingRun
-    from envhub.trainer.config import parse_config
-    from envhub.trainer.loop import Trainer
-
-    config = parse_config(spec["ours_config"], where="bench config")
-    trainer = Trainer(config, log=lambda line: None)
-    steps = []
-    try:
-        for step in range(1, config.steps + 1):
-            t0 = time.perf_counter()
-            rec = trainer.train_step()
-            seconds = time.perf_counter() - t0
-            steps.append({"step": step, "seconds": seconds, "rss_mb": rec["rss_mb"], "time": rec["time"],
-                          "reward_mean": rec["reward_mean"], "loss": rec.get("loss"),
-                          "trained_samples": rec.get("trained_samples"), "optimizer_steps": rec.get("optimizer_steps")})
-    finally:
-        trainer.close()
-    prompt_lens = []
-    for line in steps:  # the sampled tokens of each step's episodes, read back after the timing
-        records = list(TrainingRun(config.run_dir).step_rollouts(line["step"]).rows())
-        line["completion_tokens"] = statistics.fmean(sum(r["response_mask"]) for r in records)
-        prompt_lens += [len(r["prompt_ids"]) for r in records]
-    return {"steps": steps, "does": OURS_DOES, "prompt_tokens_mean": statistics.fmean(prompt_lens)}
-
-
 def child_main(side: str, spec_path: Path, out_path: Path) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    if side == "ours":
-        result = ours_child(spec)
+    if side in CONFIG_OF:
+        from envhub.trainer.bench_ours import ours_child
+
+        result = ours_child(spec[CONFIG_OF[side]])
     else:
         from envhub.trainer.bench_trl import trl_child
 
@@ -462,6 +453,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-from", type=int, default=d.memory_from)
     p.add_argument("--trl-gradient-checkpointing", action=argparse.BooleanOptionalAction,
                    default=d.trl_gradient_checkpointing, help="TRL's GRPOConfig default is on")
+    p.add_argument("--lora", action="store_true", help="time a LoRA adapter run against full fine-tuning (not TRL)")
+    p.add_argument("--lora-r", type=int, default=d.lora_r, help="the adapter's rank with --lora (alpha = 2 r)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
     p.add_argument("--work-dir", type=Path, default=None, help="keep the runs and logs here (default: a temp dir)")
@@ -481,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
             micro_batch_size=args.micro_batch_size,
             temperature=args.temperature, threads=args.threads, seed=args.seed, mode=args.mode,
             memory_steps=args.memory_steps, memory_from=args.memory_from,
-            trl_gradient_checkpointing=args.trl_gradient_checkpointing)
+            trl_gradient_checkpointing=args.trl_gradient_checkpointing, lora=args.lora, lora_r=args.lora_r)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,10 +2,11 @@
 
 ``RUN/checkpoints/step-000004/`` holds:
 
-* ``model.pt`` -- the full (unsharded) model state dict;
+* ``model.pt`` -- the full (unsharded) model state dict; with LoRA only the adapter's tensors (the base
+  comes from the model dir: :mod:`envhub.trainer.lora`);
 * ``optimizer.pt`` -- the full optimizer state; ``scheduler.pt`` -- the LR scheduler's;
 * ``reference.pt`` -- with ``kl_coef > 0``, once GRPO has started: the KL reference (the policy after
-  SFT), so that a resumed run uses the reference the uninterrupted one did;
+  SFT; with LoRA its adapter), so that a resumed run uses the reference the uninterrupted one did;
 * ``rng-rank{R}.pt`` -- per rank: python's, numpy's and torch's RNG states and the engine sampler's;
 * ``state.json`` -- the step, the weight version, whether the SFT stage is done, the data cursor and
   the curriculum the run draws from (so a resume samples exactly the tasks the run would have).
@@ -94,7 +95,7 @@ def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.Dist
     staging = begin_save(run_dir, state.step) if dist.is_main else staging_dir(run_dir, state.step)
     fsdp.barrier(dist)
     save_rank_part(staging, dist.rank, models.engine.sampler_rng)
-    model = fsdp.full_state_dict(models.model, dist)
+    model = models.checkpoint_weights(fsdp.full_state_dict(models.model, dist))
     optimizer = fsdp.optimizer_state(models.model, models.optimizer, dist)
     fsdp.barrier(dist)
     if dist.is_main:
@@ -107,14 +108,15 @@ def restore(path: Path, models: PolicyModels, dist: fsdp.DistInfo) -> tuple[Trai
     """Every rank: the checkpoint at ``path`` loaded into ``models`` (weights, optimizer, schedule, KL
     reference, this rank's RNG states); returns its state and the full model state dict (for the engine)."""
     loaded = load_checkpoint(path, dist.rank)
-    fsdp.load_full_state_dict(models.model, loaded.model, dist)
+    weights = models.full_weights(loaded.model)
+    fsdp.load_full_state_dict(models.model, weights, dist)
     if loaded.reference is not None:
         models.load_reference(loaded.reference)
     fsdp.load_optimizer_state(models.model, models.optimizer, loaded.optimizer, dist)
     models.scheduler.load_state_dict(loaded.scheduler)
     if loaded.rng is not None:
         restore_rng(loaded.rng, models.engine.sampler_rng)
-    return loaded.state, loaded.model
+    return loaded.state, weights
 
 
 def checkpoint_root(run_dir: Path) -> Path:

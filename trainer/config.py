@@ -159,6 +159,18 @@ class SFTConfig(_Section):
     min_entropy: float | None = Field(None, gt=0)
 
 
+class LoraConfig(_Section):
+    """Train a low-rank adapter (``peft``'s LoRA) instead of every weight: ``W + (alpha / r) * B @ A`` on
+    each ``target_modules`` linear layer, the base weights frozen (envhub/trainer/lora.py)."""
+
+    r: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    #: module names (the last part of a dotted name: ``q_proj``) or ``all-linear`` (every linear layer but
+    #: the output head)
+    target_modules: tuple[str, ...] | Literal["all-linear"] = "all-linear"
+
+
 class EvalConfig(_Section):
     every: int = Field(0, ge=0)  # 0: only before and after training
     episodes: int = Field(32, ge=1)
@@ -173,12 +185,17 @@ class TrainConfig(_Section):
     model: str
     #: ``transformers`` (in process, the default) or ``sglang:URL``
     engine: str = "transformers"
+    #: the model's chat family by name (``chatml``, ``qwen3``, ``llama3``, ``mistral``; docs/training.md):
+    #: detection is skipped, the tokenizer's template still checked against the family. None: detected
+    chat_format: str | None = None
     env: EnvConfig
     sampling: SamplingParams = SamplingParams(max_new_tokens=128, temperature=1.0)
     rollout: RolloutConfig = RolloutConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     optim: OptimConfig = OptimConfig()
     sft: SFTConfig | None = None
+    #: a LoRA adapter is trained instead of every weight (None: full fine-tuning)
+    lora: LoraConfig | None = None
     eval: EvalConfig = EvalConfig()
     steps: int = Field(10, ge=0)
     seed: int = 0
@@ -209,6 +226,15 @@ class TrainConfig(_Section):
         if unknown:
             raise ValueError(f"unknown tracker(s) {unknown}; valid: {', '.join(valid)}")
         return names
+
+    @field_validator("chat_format")
+    @classmethod
+    def _known_chat_format(cls, value: str | None) -> str | None:
+        if value is not None:
+            from envhub.adapters.chat_format import format_named
+
+            format_named(value)  # an unknown name is refused with the known ones
+        return value
 
     @model_validator(mode="after")
     def _engine_spec(self) -> TrainConfig:

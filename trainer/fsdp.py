@@ -119,7 +119,10 @@ def _device_for(backend: str, local_rank: int) -> torch.device:
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The decoder blocks: ``model.model.layers`` for Hugging Face Llama-likes, else the
-    ``nn.ModuleList`` holding the most parameters; :class:`ValueError` when there is none."""
+    ``nn.ModuleList`` holding the most parameters; :class:`ValueError` when there is none. A ``peft``
+    model (LoRA) is looked into: its blocks are the wrapped model's."""
+    if callable(getattr(model, "get_base_model", None)):
+        model = model.get_base_model()
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if isinstance(layers, nn.ModuleList) and len(layers) > 0:

@@ -49,7 +49,6 @@ from envhub.trainer.models import PolicyModels
 from envhub.trainer.samples import AUDIT_FAILED, audit_trajectory, informative_groups, training_samples
 from envhub.trainer.telemetry import StepTimer, Telemetry, step_record
 from envhub.trainer.update import update_policy
-from envhub.trainer.weight_sync import write_hf_dir
 from envhub.types import Outcome
 
 
@@ -439,7 +438,7 @@ class Trainer:
             state = None if initial else fsdp.full_state_dict(self.models.model, self.dist)
             if result is not None and self.dist.is_main:
                 if state is not None:
-                    write_hf_dir(state, self.model_dir, self.files.best_dir)
+                    self.models.write_model_dir(state, self.files.best_dir)
                 weights = str(self.model_dir if initial else self.files.best_dir)
                 write_json_atomic(self.files.best_path, evaluation.best_record(result, weights))
                 self.log(f"best: eval {result['tag']} (weight version {result['weight_version']}) in {weights}")
@@ -449,11 +448,12 @@ class Trainer:
         return self.files.evals()
 
     def export(self) -> Path:
-        """The final weights as a transformers model dir (``--policy hf:RUN/final`` evaluates it)."""
+        """The final weights as a transformers model dir (``--policy hf:RUN/final`` evaluates it; with
+        LoRA the merged model, and its adapter in ``RUN/final/adapter``)."""
         state = fsdp.full_state_dict(self.models.model, self.dist)
         out = self.files.final_dir
         if self.dist.is_main:
-            write_hf_dir(state, self.model_dir, out)
+            self.models.write_model_dir(state, out)
         fsdp.barrier(self.dist)
         return out
 

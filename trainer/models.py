@@ -21,11 +21,11 @@ import torch
 
 from envhub.adapters.engines.precision import COMPUTE_DTYPES
 from envhub.adapters.model_policy import ModelPolicy
-from envhub.trainer import fsdp
+from envhub.trainer import fsdp, lora
 from envhub.trainer.activations import ActivationCheckpointing
 from envhub.trainer.config import TrainConfig
 from envhub.trainer.update import adamw, lr_factor
-from envhub.trainer.weight_sync import WeightSyncError, weight_sync_for
+from envhub.trainer.weight_sync import WeightSyncError, weight_sync_for, write_hf_dir
 
 
 class PolicyModels:
@@ -38,8 +38,11 @@ class PolicyModels:
         self.config, self.model_dir, self.dist = config, model_dir, dist
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         # fp32 master weights on this rank's device before anything copies them (reference, engine)
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(dist.device)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
         model.config.use_cache = False
+        if config.lora is not None:  # before anything copies it: the reference and the engine's copy carry it too
+            model = lora.wrap(model, config.lora, seed=config.seed)
+        model = model.to(dist.device)
         self.compute_dtype = COMPUTE_DTYPES[config.dtype]
         self.pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                           else self.tokenizer.eos_token_id)
@@ -84,6 +87,7 @@ class PolicyModels:
         started from) is what records and reports call it."""
         r = self.config.rollout
         return ModelPolicy(self.engine, self.tokenizer, params=params, max_context=r.max_context,
+                           chat_format=self.config.chat_format,
                            name=name or f"hf:{self.model_dir}", model_id=str(self.model_dir), tokenizer_id=str(self.model_dir),
                            fit_turns=r.fit_turns, max_response_tokens=r.max_response_tokens)
 
@@ -96,12 +100,41 @@ class PolicyModels:
     def load_reference(self, state: dict[str, torch.Tensor]) -> None:
         """The KL reference's weights (a checkpoint's ``reference.pt``, or the policy's full state dict)."""
         if self.reference is not None:
+            if self.config.lora is not None:  # a checkpoint keeps only the reference's adapter
+                state = lora.complete_state(state, self.reference.state_dict())
             fsdp.load_full_state_dict(self.reference, state, fsdp.DistInfo(0, 1, 0, self.dist.device, None))
             self.reference_ready = True
 
     def reference_state(self) -> dict[str, torch.Tensor] | None:
         """The KL reference's weights once it is fixed (what a checkpoint saves); None before, or without one."""
-        return self.reference.state_dict() if self.reference is not None and self.reference_ready else None
+        if self.reference is None or not self.reference_ready:
+            return None
+        state = self.reference.state_dict()
+        return {k: v for k, v in state.items() if lora.is_adapter_key(k)} if self.config.lora is not None else state
+
+    def model_dir_state(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``state`` (the trained module's full state dict) as the base model's weights, what a model
+        dir holds and an SGLang server loads: with LoRA, the adapter merged in."""
+        return lora.merged_state(state, self.config.lora) if self.config.lora is not None else state
+
+    def write_model_dir(self, state: dict[str, torch.Tensor], out_dir: Path) -> Path:
+        """``state`` (the trained module's full state dict) as a model dir ``--policy hf:OUT_DIR``
+        evaluates; with LoRA the merged weights, and the adapter as peft saves it in ``OUT_DIR/adapter``."""
+        write_hf_dir(self.model_dir_state(state), self.model_dir, out_dir)
+        if self.config.lora is not None:
+            lora.write_adapter_dir(state, self.config.lora, self.model_dir, out_dir / "adapter")
+        return out_dir
+
+    def checkpoint_weights(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What a checkpoint keeps of ``state``: every weight, or with LoRA only the adapter's."""
+        return lora.trainable_state(state, self.model) if self.config.lora is not None else state
+
+    def full_weights(self, saved: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A checkpoint's weights as a full state dict of the trained module (a collective when
+        sharded): with LoRA, the base weights it was built from with the saved adapter over them."""
+        if self.config.lora is None:
+            return saved
+        return lora.complete_state(saved, fsdp.full_state_dict(self.model, self.dist))
 
     def publish(self, version: str, state: dict[str, torch.Tensor] | None = None) -> None:
         """The engine samples with the trained weights as ``version`` from now on: a shared module only
@@ -116,6 +149,7 @@ class PolicyModels:
         if not self.config.engine.startswith("sglang:"):
             self.sync.push(state, version)
             return
+        state = self.model_dir_state(state)
         error = None  # one server for every rank: rank 0 updates it, and every rank learns whether it worked
         if self.dist.is_main:
             try:

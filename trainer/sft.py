@@ -9,7 +9,8 @@ trains on accepted trajectories of run directories, with the loss on mask-1 toke
 * episodes of a scripted policy (``gold``) have no tokens: their messages are re-encoded with the
   model's chat format through :class:`~envhub.adapters.token_record.TokenRecord`, exactly as the
   model policy would have recorded them had the model sampled those turns (the first prompt rendered
-  once; each action's tokens and the end token with mask 1; each env reply as template text, mask 0).
+  once; each action's tokens and the end token with mask 1; each env reply as template text, mask 0),
+  a turn of tool calls written in the model family's own call syntax.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import torch
 from envhub.adapters.audit import check_record
 from envhub.adapters.model_policy import ModelPolicy
 from envhub.adapters.token_record import TokenRecord
+from envhub.parsing import format_tool_call
 from envhub.run_dir import Run
 from envhub.trainer import fsdp
 from envhub.trainer.activations import ActivationCheckpointing
 from envhub.trainer.batch import TrainingSample, micro_batches, policy_logprobs
 from envhub.trainer.config import OptimConfig, SFTConfig
 from envhub.trainer.update import adamw, model_device, pad_to_same_count
-from envhub.types import Observation, TokenView, TrajectoryRecord
+from envhub.types import Observation, TokenView, TrajectoryRecord, Turn
 
 
 def reencode(record: TrajectoryRecord, policy: ModelPolicy) -> TokenView:
@@ -44,9 +46,19 @@ def reencode(record: TrajectoryRecord, policy: ModelPolicy) -> TokenView:
             previous = record.turns[i - 1]
             tokens.append_observation(policy.encode(policy.format.observation_text(previous.observation,
                                                                                     closed=True)))
-        sampled = [*policy.encode(turn.action_text), policy.end_id]
+        sampled = [*policy.encode(family_text(turn, policy)), policy.end_id]
         tokens.append_sampled(sampled, [0.0] * len(sampled))
     return tokens.token_view()
+
+
+def family_text(turn: Turn, policy: ModelPolicy) -> str:
+    """A scripted turn's text in the model's own tool-call syntax: a turn that is just its calls in the
+    Hermes form scripted policies write becomes those calls as the model's family writes them (Llama 3's
+    JSON, Mistral's ``[TOOL_CALLS]``); any other text is kept as it is."""
+    calls = turn.tool_calls
+    if calls and turn.action_text == "".join(format_tool_call(c.name, c.arguments) for c in calls):
+        return policy.format.call_text(calls) or turn.action_text
+    return turn.action_text
 
 
 def sft_samples(runs: Sequence[Path], policy: ModelPolicy, *, outcomes: Iterable[str], max_context: int,

@@ -33,8 +33,9 @@ from envhub.trainer.config import TrainConfig
 
 def adamw(params: Any, *, fused: bool, **settings: Any) -> torch.optim.AdamW:
     """AdamW, with its fused kernel when ``fused`` and this torch supports it for these parameters
-    (the same update as the for-each implementation, in one pass; sharded DTensors keep for-each)."""
-    params = list(params)
+    (the same update as the for-each implementation, in one pass; sharded DTensors keep for-each).
+    Frozen parameters (a LoRA adapter's base) are left out."""
+    params = [p for p in params if p.requires_grad]
     if fused:
         try:
             return torch.optim.AdamW(params, fused=True, **settings)

@@ -99,7 +99,7 @@ def write_hf_dir(state_dict: dict[str, torch.Tensor], base_model_dir: Path, out_
                          f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
                          f"unexpected {sorted(result.unexpected_keys)[:5]}")
     model.tie_weights()
-    with _atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir) as tmp:
         model.save_pretrained(str(tmp))
         for item in sorted(base_model_dir.iterdir()):
             name = item.name
@@ -131,8 +131,8 @@ def _untie(model: Any, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.T
     return state
 
 
-class _atomic_dir:
-    """``with _atomic_dir(final) as tmp``: fill ``tmp``; on success it replaces ``final``."""
+class atomic_dir:
+    """``with atomic_dir(final) as tmp``: fill ``tmp``; on success it replaces ``final``."""
 
     def __init__(self, final: Path) -> None:
         self.final = final

@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
-from envhub.parsing import ParseResult, ToolCallParser, visible_text
+from envhub.parsing import ParseResult, ToolCallParser, format_tool_call, visible_text
 from envhub.types import Message, ToolCall, ToolSpec
 
 
@@ -174,6 +174,12 @@ class ChatFormat:
     def split_reasoning(self, text: str) -> tuple[str, str]:
         """``(reasoning, content)`` of a sampled text; families without reasoning have none."""
         return "", text
+
+    def call_text(self, calls: Sequence[ToolCall]) -> str | None:
+        """A reply of just ``calls`` in the family's tool-call syntax (what SFT teaches a scripted turn
+        as); None when the family cannot write them in one turn. Here: Hermes blocks, as scripted
+        policies write them (:func:`envhub.parsing.format_tool_call`)."""
+        return "".join(format_tool_call(c.name, c.arguments) for c in calls)
 
     def parse_tool_calls(self, text: str) -> ParseResult:
         """The tool calls of a sampled text in the family's syntax (its reasoning is not read)."""

@@ -11,9 +11,11 @@ calls of brave_search, wolfram_alpha, code_interpreter) are not rendered.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from envhub.adapters.chat_format.base import ChatFormat
 from envhub.parsing import JsonParser
+from envhub.types import ToolCall
 
 
 class Llama3Format(ChatFormat):
@@ -24,6 +26,14 @@ class Llama3Format(ChatFormat):
     special_tokens = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>")
     generation_prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n"
     parser = JsonParser
+
+    def call_text(self, calls: Sequence[ToolCall]) -> str | None:
+        """``{"name": ..., "parameters": {...}}``, as the template writes a call; one per turn (the
+        template refuses several)."""
+        if len(calls) != 1:
+            return None
+        (call,) = calls
+        return f'{{"name": {json.dumps(call.name)}, "parameters": {json.dumps(call.arguments, ensure_ascii=False)}}}'
 
     def turn_text(self, message: dict[str, str]) -> str:
         if message["role"] == "tool":

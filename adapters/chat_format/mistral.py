@@ -19,11 +19,12 @@ space their markers differently and are not this format.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 
 from envhub.adapters.chat_format.base import ChatFormat
 from envhub.parsing import MistralParser
-from envhub.types import Message
+from envhub.types import Message, ToolCall
 
 
 def call_id(message: Message) -> str:
@@ -46,6 +47,15 @@ class MistralFormat(ChatFormat):
         """Tool results with their call ids; every other message as a user message."""
         return [{"role": "tool", "content": m.content, "tool_call_id": call_id(m)} if m.role == "tool"
                 else {"role": "user", "content": m.content} for m in messages]
+
+    def call_text(self, calls: Sequence[ToolCall]) -> str | None:
+        """``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]``, as the template writes calls (a
+        call without an id is written without one)."""
+        if not calls:
+            return None
+        items = [json.dumps({"name": c.name, "arguments": c.arguments, **({"id": c.id} if c.id else {})},
+                            ensure_ascii=False) for c in calls]
+        return f"[TOOL_CALLS][{', '.join(items)}]"
 
     def turn_text(self, message: dict[str, str]) -> str:
         if message["role"] == "tool":

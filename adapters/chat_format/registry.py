@@ -30,7 +30,7 @@ def _refusal(reasons: list[str]) -> UnsupportedChatFormat:
     return UnsupportedChatFormat(
         "this tokenizer's chat template is not one envhub can render turn by turn ("
         + "; ".join(reasons) + f"). Supported chat families: {known()}. A family that detection misses "
-        "is named with chat_format=NAME (hf:PATH?chat_format=NAME); a new family is a ChatFormat subclass "
+        "is named with chat_format=NAME (hf:PATH?chat_format=NAME; chat_format: NAME in a trainer config); a new family is a ChatFormat subclass "
         "added to envhub.adapters.chat_format.FORMATS (docs/training.md, \"Chat families\")")
 
 

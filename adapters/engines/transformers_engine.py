@@ -366,10 +366,12 @@ class TransformersEngine:
 
 
 def cache_keyword(model: Any) -> str:
-    """``cache`` in recent transformers, ``past_key_values`` before (still accepted, with a warning)."""
+    """``cache`` in recent transformers, ``past_key_values`` before (still accepted, with a warning); a
+    ``peft`` model (``**kwargs``) passes on what the model it wraps takes."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
 def output_cache(out: Any) -> Any:

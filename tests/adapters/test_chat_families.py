@@ -401,3 +401,50 @@ def test_each_family_parses_its_own_syntax(name: str, text: str) -> None:
     reasoning, content, calls = fmt.assistant_message(fmt.strip_end(text))
     assert [c.name for c in calls] == ["python"] and content == ""
     assert reasoning == ('Maybe <tool_call>{"name": "answer"}</tool_call>?' if name == "qwen3" else "")
+
+
+# ---- scripted calls in the family's syntax (what SFT teaches) ------------------------------------------
+
+
+def test_each_family_writes_calls_as_its_template_does() -> None:
+    one = [ToolCall(name="python", arguments={"code": 'print("é")'}, id="call00001")]
+    two = [*one, ToolCall(name="answer", arguments={"answer": "42"}, id="call00002")]
+    for name in ("llama3", "mistral"):
+        fmt = chat_format_for(cached_tokenizer(name))
+        assert fmt.call_text(one) == FAMILIES[name].call_text(one, "")
+        parsed = fmt.parse_tool_calls(fmt.call_text(one) or "")
+        assert [(c.name, c.arguments) for c in parsed.calls] == [("python", {"code": 'print("é")'})]
+    assert chat_format_for(cached_tokenizer("mistral")).call_text(two) == FAMILIES["mistral"].call_text(two, "")
+    assert chat_format_for(cached_tokenizer("llama3")).call_text(two) is None  # its template refuses two
+    assert chat_format_for(cached_tokenizer("chatml")).call_text(one) == \
+        '<tool_call>{"name": "python", "arguments": {"code": "print(\\"\\u00e9\\")"}}</tool_call>'
+
+
+@pytest.mark.parametrize("name, marker", [("llama3", '{"name": "python", "parameters": '),
+                                          ("mistral", '[TOOL_CALLS][{"name": "python", "arguments": '),
+                                          ("chatml", '<tool_call>{"name": "python", "arguments": ')])
+def test_sft_teaches_a_gold_call_in_the_familys_own_syntax(name: str, marker: str, tmp_path: Path) -> None:
+    """A gold episode (Hermes calls) re-encoded for a family equals, token for token, the record of a
+    model of that family that sampled the same calls in its own syntax, and the env accepts them."""
+    from envhub.registry import make
+    from envhub.rollout.collect import EpisodePlan, describe_policy, run_episode
+    from envhub.rollout.runner import run_rollouts
+    from envhub.trainer.sft import reencode
+    from envhub.types import TrajectoryRecord
+
+    env_id, kwargs = "envhub/Computation-v0", {"sandbox": "process", "levels": [1], "kinds": ["bigint"]}
+    run_rollouts(env_id, make_policy("gold"), out_dir=tmp_path / "gold", episodes=1, env_kwargs=kwargs)
+    (record,) = [TrajectoryRecord.model_validate_json(line)
+                 for line in (tmp_path / "gold" / "trajectories.jsonl").read_text().splitlines()]
+    tok, family = cached_tokenizer(name), FAMILIES[name]
+    fmt = chat_format_for(tok)
+    texts = [fmt.call_text(turn.tool_calls) or "" for turn in record.turns]
+    assert texts[0].startswith(marker), texts  # a python call, then the answer call
+    policy = ModelPolicy(Recording(tok, texts, end_token=family.end), tok)
+    with make(env_id, **kwargs) as env:
+        plan = EpisodePlan(record.episode_id, record.group_id, record.task_id, 0, 0)
+        sampled = run_episode(env, policy, plan, describe_policy(policy))
+    assert sampled.outcome == "success" and sampled.num_turns == 2, sampled.model_dump(include={"outcome", "verdict", "error", "turns"})
+    view = reencode(record, policy)
+    assert (view.prompt_ids, view.response_ids, view.response_mask) == (
+        sampled.prompt_ids, sampled.response_ids, sampled.response_mask)

@@ -127,10 +127,10 @@ def test_sigterm_while_the_container_is_still_starting() -> None:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.005)
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGTERM
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM, err
     left = _containers_of(proc.pid)
-    assert left == [], f"a container created before the first ping outlived SIGTERM: {left}"
+    assert left == [], f"a container created before the first ping outlived SIGTERM: {left}; {err}"
 
 
 #: The handler must not hang even when the main thread holds the cleanup lock and one resource's

@@ -21,3 +21,13 @@ def scratch_model() -> Path:
     from envhub.adapters.engines.tiny import build_tiny_model
 
     return build_tiny_model(layers=1, hidden=64, init_std=0.02, seed=0)
+
+
+@pytest.fixture(scope="session")
+def untied_scratch_model() -> Path:
+    """:func:`scratch_model` with an output head of its own (not the embeddings), one a LoRA adapter may
+    target: with every weight but the adapters frozen, only an adapter on the head can reshape a random
+    model's next-token distribution."""
+    from envhub.adapters.engines.tiny import build_tiny_model
+
+    return build_tiny_model(layers=1, hidden=64, init_std=0.02, seed=0, tied=False)

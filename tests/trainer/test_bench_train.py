@@ -68,12 +68,33 @@ def test_bench_runs_both_sides_and_computes_the_ratios(tmp_path: Path) -> None:
         assert latest_checkpoint(tmp_path / "work" / "single" / f"ours-run-{number}") is None
 
 
+@pytest.mark.slow
+def test_bench_lora_times_the_adapter_run_against_full_fine_tuning(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "envhub.trainer.bench", "--lora", "--lora-r", "4", "--mode", "single", "--warmup", "0",
+         "--steps", "1", "--rounds", "2", "--max-new-tokens", "4", "--memory-steps", "0", "--out", str(out),
+         "--work-dir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    single = json.loads(out.read_text())["single"]
+    assert single["sides"] == ["lora", "full"] and "trl" not in single
+    assert [r["order"] for r in single["rounds"]] == [["lora", "full"], ["full", "lora"]]
+    for r in single["rounds"]:
+        assert r["ratio"] == ratios(r["lora"], r["full"])
+        assert "LoRA adapter (r=4)" in r["lora"]["does"] and "LoRA" not in r["full"]["does"]
+    assert "lora/full, median of 2 round(s)" in proc.stdout and "target" not in proc.stdout.split("lora/full")[1]
+    config = json.loads((tmp_path / "work" / "single" / "spec-1.json").read_text())
+    assert config["lora_config"]["lora"] == {"r": 4, "alpha": 8.0} and "lora" not in config["ours_config"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--steps", "0"], "steps must be >= 1"),
     (["--group-size", "1"], "group_size must be >= 2"),
     (["--rounds", "0"], "rounds must be >= 1"),
     (["--memory-steps", "5", "--memory-from", "10"], "memory_steps (5) must be above memory_from (10)"),
     (["--temperature", "0"], "temperature must be > 0"),
+    (["--lora", "--lora-r", "0"], "lora_r must be >= 1"),
 ])
 def test_bad_options_are_refused_before_anything_runs(argv: list[str], message: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:

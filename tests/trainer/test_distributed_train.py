@@ -2,7 +2,8 @@
 
 Each rank rolls out its share of the step's groups from its own unsharded engine copy, the loss is
 normalized over both ranks' tokens and FSDP2 sums the gradients, so the weights after two steps
-equal the single-process run's (up to the order of float additions)."""
+equal the single-process run's (up to the order of float additions); with LoRA too (the frozen base
+sharded beside the adapter)."""
 
 import json
 import os
@@ -34,13 +35,16 @@ def _episodes(run):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_train_like_one(tmp_path, scratch_model):
+@pytest.mark.parametrize("lora", [None, {"r": 4, "alpha": 8.0}], ids=["full", "lora"])
+def test_two_gloo_processes_train_like_one(tmp_path, scratch_model, lora):
     runs = {}
     for name, cmd in (("single", [sys.executable]),
                       ("fsdp", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"])):
         run = tmp_path / name
         config = tmp_path / f"{name}.yaml"
-        config.write_text(yaml.safe_dump(letter_config(run, scratch_model, steps=2, checkpoint_every=2)))
+        optim = {"lr": 1e-2} if lora else {}  # an adapter starts at B = 0: a larger step moves it measurably
+        config.write_text(yaml.safe_dump(letter_config(run, scratch_model, steps=2, checkpoint_every=2, lora=lora,
+                                                       optim=optim)))
         _train(cmd, config, tmp_path)
         runs[name] = run
     single, fsdp = runs["single"], runs["fsdp"]

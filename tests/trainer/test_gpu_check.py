@@ -1,6 +1,6 @@
 """``scripts/gpu-check.sh`` (the prepared run for a GPU machine) runs on the CPU too: an SFT stage and a
-GRPO step in bf16, then an FSDP2 step under torchrun with one process (gloo), each reporting tokens/s
-and peak memory."""
+GRPO step in bf16, then an FSDP2 step under torchrun with one process (gloo), with and without LoRA,
+each reporting tokens/s and peak memory."""
 
 import os
 import re
@@ -24,8 +24,11 @@ def test_gpu_check_runs_every_stage_on_the_cpu(tmp_path):
     assert any(re.match(r"gpu-check: GRPO step on cpu in bfloat16: \d+ sampled tokens/s", line) for line in lines), lines
     assert any(re.match(r"gpu-check: FSDP2 step under torchrun \(1 process\) in bfloat16: \d+ sampled tokens/s", line)
                for line in lines), lines
+    assert any(re.match(r"gpu-check: FSDP2 LoRA step under torchrun \(1 process\) in bfloat16: \d+ sampled tokens/s",
+                        line) for line in lines), lines
     assert lines[-1].startswith("gpu-check: ok")
     assert (tmp_path / "one-process" / "sft.json").is_file()  # the SFT stage, then one step's episodes
     assert (tmp_path / "one-process" / "rollouts" / "step-000001" / "trajectories.jsonl").is_file()
     assert (tmp_path / "fsdp" / "steps.jsonl").is_file()
     assert (tmp_path / "fsdp" / "final" / "model.safetensors").is_file()
+    assert (tmp_path / "fsdp-lora" / "final" / "adapter" / "adapter_config.json").is_file()

@@ -94,3 +94,19 @@ def test_kl_with_an_sft_stage_says_the_reference_is_the_post_sft_policy(tmp_path
     (note,) = config_notes(config)
     assert "KL reference is the policy after SFT" in note and "not the base model" in note
     assert config_notes(parse_config(letter_config(tmp_path / "run", scratch_model, sft={"runs": ["gold"]}))) == []
+
+
+def test_the_chat_family_is_named_in_the_config_and_checked(tmp_path, scratch_model):
+    from envhub.adapters.chat_format import UnsupportedChatFormat
+
+    with pytest.raises(ValueError, match=r"unknown chat_format 'nonsense'; known: .*llama3"):
+        parse_config(letter_config(tmp_path / "run", scratch_model, chat_format="nonsense"))
+    with pytest.raises(UnsupportedChatFormat, match="llama3"):  # SmolLM2's tokenizer has none of its tokens
+        Trainer(parse_config(letter_config(tmp_path / "llama", scratch_model, chat_format="llama3")), log=lambda line: None)
+    assert not (tmp_path / "llama" / "steps.jsonl").exists()
+    trainer = Trainer(parse_config(letter_config(tmp_path / "chatml", scratch_model, chat_format="chatml")),
+                      log=lambda line: None)
+    try:
+        assert trainer.policy.format.name == "chatml"
+    finally:
+        trainer.close()

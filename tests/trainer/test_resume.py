@@ -9,43 +9,11 @@ import sys
 import time
 
 import pytest
-import torch
 import yaml
-from safetensors.torch import load_file
-from trainer_fixtures import TRAIN_SCRIPT, letter_config
+from trainer_fixtures import TRAIN_SCRIPT, assert_same_run, letter_config, sampled_tokens, steps_of
 
 from envhub.trainer.config import parse_config
 from envhub.trainer.loop import train
-
-
-def _steps(run):
-    return [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
-
-
-def _tokens(run, step):
-    path = run / "rollouts" / f"step-{step:06d}" / "trajectories.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return {r["episode_id"]: (r["response_ids"], r["response_logprobs"]) for r in records}
-
-
-def _weights(run):
-    return load_file(str(run / "final" / "model.safetensors"))
-
-
-def _assert_same_run(a, b):
-    for step in (1, 2, 3, 4):
-        assert _tokens(a, step) == _tokens(b, step), f"step {step} sampled other tokens"
-    sa, sb = _steps(a), _steps(b)
-    assert [s["step"] for s in sb] == [1, 2, 3, 4]
-    for x, y in zip(sa, sb, strict=True):
-        assert x["trained_episodes"] == y["trained_episodes"]
-        assert abs(x["loss"] - y["loss"]) <= 1e-6, (x["step"], x["loss"], y["loss"])
-    wa, wb = _weights(a), _weights(b)
-    assert wa.keys() == wb.keys()
-    for key in wa:
-        torch.testing.assert_close(wa[key], wb[key], rtol=0, atol=1e-6)
-    trained = [e for s in sb for e in s["trained_episodes"]]
-    assert len(trained) == len(set(trained)), "a sample was trained twice"
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +31,10 @@ def test_two_steps_then_resume_equals_four_steps(uninterrupted, tmp_path, scratc
     with pytest.raises(Exception, match="--resume"):
         train(parse_config(letter_config(run, scratch_model)), log=lambda line: None)
     train(parse_config(letter_config(run, scratch_model)), resume=True, log=lambda line: None)
-    _assert_same_run(uninterrupted, run)
-    every_planned = {e for s in (1, 2, 3, 4) for e in _tokens(run, s)}
-    trained = {e for s in _steps(run) for e in s["trained_episodes"]}
-    skipped = {e for s in _steps(run) for e in s["untrained_episodes"]}
+    assert_same_run(uninterrupted, run)
+    every_planned = {e for s in (1, 2, 3, 4) for e in sampled_tokens(run, s)}
+    trained = {e for s in steps_of(run) for e in s["trained_episodes"]}
+    skipped = {e for s in steps_of(run) for e in s["untrained_episodes"]}
     assert trained | skipped == every_planned and not trained & skipped
 
 
@@ -88,8 +56,8 @@ def test_kill_9_mid_step_then_resume_equals_four_steps(uninterrupted, tmp_path, 
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-000002"
-    assert [s["step"] for s in _steps(run)] == [1, 2]
+    assert [s["step"] for s in steps_of(run)] == [1, 2]
     done = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resumed from step-000002" in done.stderr
-    _assert_same_run(uninterrupted, run)
+    assert_same_run(uninterrupted, run)
