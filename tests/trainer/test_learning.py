@@ -36,3 +36,4 @@ def test_grpo_learns_the_first_letter_task_from_scratch(request, tmp_path, one_t
     assert sum(s["reward_mean"] for s in steps[:3]) / 3 <= 0.3
     assert sum(s["reward_mean"] for s in steps[-3:]) / 3 >= 0.8
     assert all(s["outcomes"]["env_error"] == 0 for s in steps)
+    assert sum(s["optimizer_steps"] for s in steps) >= 5  # it learned by updating, not by luck of sampling
