@@ -94,14 +94,22 @@ def _sweep_docker() -> None:
 
 
 def _sweep_process() -> None:
-    from envhub.sandboxes.process_backend import sweep_dead_scratch
+    from envhub.sandboxes.leftovers import sweep_scratch
 
-    sweep_dead_scratch()
+    sweep_scratch("process")
+
+
+def _sweep_landlock() -> None:
+    from envhub.sandboxes.leftovers import sweep_scratch
+
+    sweep_scratch("landlock")
 
 
 #: backend -> what removes the leftovers of dead envhub processes of that backend; each imports
-#: its backend only when it runs, so this module depends on none.
-START_SWEEPS: dict[str, Callable[[], None]] = {"docker": _sweep_docker, "process": _sweep_process}
+#: its backend only when it runs, so this module depends on none. (bwrap's leftovers are cgroups:
+#: its first cgroup sweeps them, :func:`envhub.sandboxes.bwrap_cgroups.sandbox_cgroup`.)
+START_SWEEPS: dict[str, Callable[[], None]] = {"docker": _sweep_docker, "process": _sweep_process,
+                                               "landlock": _sweep_landlock}
 #: The most a signal handler waits for the cleanup before the signal goes on regardless.
 SIGNAL_CLEANUP_S = 10.0
 #: The part of a bounded cleanup's time the closes get; the sweep runs after them regardless.

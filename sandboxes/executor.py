@@ -8,9 +8,9 @@ that kills everything the command started, and output caps -- so these semantics
 implemented once and behave the same in every backend.
 
 It is started as ``python3 -I -c <bootstrap> <helpers...> <this file> <config json>`` (see
-``resident.executor_argv``): the bootstrap loads the helper modules' sources as
-``envhub_fsops``, ``envhub_tarops`` and ``envhub_procs``, then runs this one, so no image needs
-any of them baked in. Hence: **stdlib only, Python >= 3.8, no imports from envhub** in all. The host imports
+``resident.executor_argv``): the bootstrap loads the helper modules' sources as ``envhub_confine``,
+``envhub_fsops``, ``envhub_scratch``, ``envhub_tarops`` and ``envhub_procs``, then runs this one,
+so no image needs any of them baked in. Hence: **stdlib only, Python >= 3.8, no imports from envhub** in all. The host imports
 this module too (with the helpers from the package); nothing runs at import time.
 
 Protocol: every message is a 4-byte big-endian length followed by that many bytes of UTF-8
@@ -32,8 +32,6 @@ import base64
 import contextlib
 import json
 import os
-import resource
-import selectors
 import signal
 import struct
 import subprocess
@@ -41,28 +39,22 @@ import sys
 import time
 
 if __name__ == "__main__":  # inside a sandbox: the bootstrap loaded the helpers under these names
-    confine, fsops, procs, tarops = (sys.modules[f"envhub_{name}"] for name in ("confine", "fsops", "procs", "tarops"))
+    confine, fsops, procs, scratch, tarops = (sys.modules[f"envhub_{name}"]
+                                              for name in ("confine", "fsops", "procs", "scratch", "tarops"))
 else:
-    from envhub.sandboxes import confine, fsops, procs, tarops
+    from envhub.sandboxes import confine, fsops, procs, scratch, tarops
 
 # The helpers, under the names the host has always imported from here.
+Capture, ForkedPython, apply_limits = procs.Capture, procs.ForkedPython, procs.apply_limits
 OpError, rel_parts, open_dir = fsops.OpError, fsops.rel_parts, fsops.open_dir
 safe_write, safe_read, wipe = fsops.safe_write, fsops.safe_read, fsops.wipe
 extract_tar, pack_tar = tarops.extract_tar, tarops.pack_tar
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 512 * 1024 * 1024
-CHUNK = 65536
+CHUNK = procs.CHUNK
 #: Signs in stderr that a command died of an rlimit memory cap (no cgroup OOM counter there).
 OOM_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc", b"out of memory")
-RLIMITS = {
-    "as": resource.RLIMIT_AS,
-    "cpu": resource.RLIMIT_CPU,
-    "fsize": resource.RLIMIT_FSIZE,
-    "nproc": resource.RLIMIT_NPROC,
-    "nofile": resource.RLIMIT_NOFILE,
-    "core": resource.RLIMIT_CORE,
-}
 OOM_COUNTER_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 #: The container's own memory cgroup statistics (v2, v1): ``shmem`` is what no process holds alone.
 MEMORY_STAT_FILES = ("/sys/fs/cgroup/memory.stat", "/sys/fs/cgroup/memory/memory.stat")
@@ -79,129 +71,6 @@ class HostGone(Exception):
 # ---- the server ------------------------------------------------------------------------------
 
 
-class Capture:
-    """Keep the first ``cap`` bytes of a stream, count the rest, and remember a short tail."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.head = bytearray()
-        self.dropped = 0
-        self.tail = b""
-
-    def feed(self, data: bytes) -> None:
-        room = self.cap - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-        self.dropped += max(0, len(data) - max(room, 0))
-        self.tail = (self.tail + data)[-4096:]
-
-
-def apply_limits(limits: dict) -> None:
-    """Lower our own rlimits once at startup; every command inherits them.
-
-    Why not per command: a ``preexec_fn`` forces ``fork()`` instead of ``vfork()``, which costs
-    4-8 ms on small VMs against ~1 ms, and would dominate a warm exec. The executor lives under
-    the same limits as the commands, which its small, bounded transfers fit into.
-    """
-    for name, value in limits.items():
-        if name not in RLIMITS or value is None:
-            continue
-        try:
-            _, hard = resource.getrlimit(RLIMITS[name])
-            value = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
-            resource.setrlimit(RLIMITS[name], (value, value))
-        except (ValueError, OSError):
-            pass
-
-
-class ForkedPython:
-    """The part of ``subprocess.Popen`` that ``_pump`` and ``_kill_call`` use, for a forked child."""
-
-    def __init__(self, source: str, cwd: str, env: dict, enter_child=None) -> None:
-        """Fork the child; ``OSError`` when it cannot be (the agent holds every pid or fd).
-        ``enter_child`` runs in the child before anything else (the commands' confinement)."""
-        fds: list[int] = []
-        try:
-            fds += os.pipe()
-            fds += os.pipe()
-            out_r, out_w, err_r, err_w = fds
-            pid = os.fork()
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            raise
-        if pid == 0:  # pragma: no cover - runs in the child
-            if enter_child is not None:
-                try:
-                    enter_child()
-                except BaseException:
-                    os._exit(126)  # never run the source less confined than asked
-            _forked_child(source, cwd, env, out_w, err_w)
-        os.close(out_w)
-        os.close(err_w)
-        self.pid = pid
-        self.stdin = None
-        self.stdout = open(out_r, "rb", buffering=0)  # noqa: SIM115 - closed by _pump
-        self.stderr = open(err_r, "rb", buffering=0)  # noqa: SIM115 - closed by _pump
-        self.returncode = None
-
-    def poll(self):
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self.returncode = -signal.SIGKILL
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired("pyexec", timeout)
-            time.sleep(0.001)
-        return self.returncode
-
-
-def _forked_child(source: str, cwd: str, env: dict, out_w: int, err_w: int) -> None:
-    """Become a fresh-looking Python process for ``source``; never returns."""
-    code = 1
-    try:
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, 65536)  # the protocol channel, pidfds, pipes: nothing of ours survives
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the child exits with os._exit
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.argv = ["-c"]
-        try:
-            exec(compile(source, "<pyexec>", "exec"), {"__name__": "__main__"})
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            if not isinstance(exc.code, int) and exc.code is not None:
-                print(exc.code, file=sys.stderr)
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code & 0xFF)
-
-
 def _bounds(req: dict) -> dict:
     """The walk bounds a request may lower (``fsops.scan``'s defaults otherwise)."""
     return {key: int(req[key]) for key in ("max_entries", "max_depth") if req.get(key) is not None}
@@ -212,7 +81,15 @@ class Executor:
         self.workdir = config["workdir"]
         #: The landlock backend's (entered already): every command enters its nested domain.
         self.enter_child = confinement.enter_child if confinement is not None else None
-        self.wipe_dirs = list(config.get("wipe", [self.workdir]))
+        #: Every file operation and command goes through this descriptor (see :mod:`.scratch`).
+        self.work = scratch.HeldDir(self.workdir, create=True)
+        os.fchdir(self.work.fd)
+        self.held = [self.work]
+        for path in config.get("wipe", []):
+            if os.path.normpath(path) != os.path.normpath(self.workdir):
+                with contextlib.suppress(OSError):  # a dir this sandbox does not have
+                    self.held.append(scratch.HeldDir(path))
+        self.tidy = config.get("tidy")
         self.base_env = dict(config.get("env", {}))
         self.kill_all = bool(config.get("kill_all")) and os.getpid() == 1
         # Only where the IPC namespace is the sandbox's own (docker, bwrap): on the process
@@ -296,7 +173,8 @@ class Executor:
     # -- ops --
 
     def op_hello(self, req: dict) -> dict:
-        return {"pid": os.getpid(), "uid": os.getuid(), "python": sys.version.split()[0], "kill_all": self.kill_all}
+        return {"pid": os.getpid(), "uid": os.getuid(), "python": sys.version.split()[0], "kill_all": self.kill_all,
+                "work": self.work.identity()}
 
     def op_ping(self, req: dict) -> dict:
         return {}
@@ -306,48 +184,53 @@ class Executor:
 
     def op_write(self, req: dict) -> dict:
         for rel, b64, mode in req["files"]:
-            safe_write(self.workdir, rel, base64.b64decode(b64), int(mode))
+            safe_write(self.work.fd, rel, base64.b64decode(b64), int(mode))
         return {"written": len(req["files"])}
 
     def op_read(self, req: dict) -> dict:
-        data = safe_read(self.workdir, req["path"], int(req.get("max_bytes", 64 * 1024 * 1024)))
+        data = safe_read(self.work.fd, req["path"], int(req.get("max_bytes", 64 * 1024 * 1024)))
         return {"data": base64.b64encode(data).decode("ascii")}
 
     def op_list(self, req: dict) -> dict:
         """Every non-directory entry under ``path``, plus the directories that could not be
         listed (``left_out``) and the walk's bounds it hit (``cut``)."""
-        found = fsops.scan_path(self.workdir, req.get("path", "."), **_bounds(req))
+        found = fsops.scan_path(self.work.fd, req.get("path", "."), **_bounds(req))
         return {"files": [p for p, kind, _ in found.entries if kind != "dir"], "left_out": found.left_out,
                 "cut": found.cut}
 
     def op_read_tree(self, req: dict) -> dict:
         """Every regular file under ``path`` with its content (see ``fsops.scan``)."""
-        return fsops.tree_reply(fsops.scan_path(self.workdir, req.get("path", "."),
+        return fsops.tree_reply(fsops.scan_path(self.work.fd, req.get("path", "."),
                                                 read_bytes=int(req["max_bytes"]), **_bounds(req)))
 
     def op_put_tar(self, req: dict) -> dict:
-        return extract_tar(self.workdir, req.get("dest", "."), base64.b64decode(req["data"]), allow_links=True)
+        return extract_tar(self.work.fd, req.get("dest", "."), base64.b64decode(req["data"]), allow_links=True)
 
     def op_get_tar(self, req: dict) -> dict:
-        packed = pack_tar(self.workdir, req.get("src", "."), int(req.get("max_bytes", 256 * 1024 * 1024)))
+        packed = pack_tar(self.work.fd, req.get("src", "."), int(req.get("max_bytes", 256 * 1024 * 1024)))
         return {"data": base64.b64encode(packed["data"]).decode("ascii"), "skipped": packed["skipped"],
                 "cut": packed["cut"]}
 
     def op_reset(self, req: dict) -> dict:
         killed = self.kill_everything()  # first: a segment still attached is not removed at once
         ipc = 0
-        dirs = list(self.wipe_dirs)
         if self.wipe_ipc:
             ipc = procs.remove_sysv_ipc(self.base_env.get("PATH"))
-            dirs += [d for d in IPC_DIRS if d not in dirs and os.access(d, os.W_OK)]
-        for path in dirs:
-            wipe(path)
-        os.makedirs(self.workdir, exist_ok=True)
-        return {"killed": killed, "ipc_removed": ipc}
+            held = {os.path.normpath(d.path) for d in self.held}
+            for path in IPC_DIRS:
+                if path not in held and os.access(path, os.W_OK):
+                    wipe(path)
+        for held_dir in self.held:
+            held_dir.reset()
+        if self.tidy:
+            scratch.tidy(self.work.parent, self.tidy["keep"], int(self.tidy["mode"]))
+        with contextlib.suppress(OSError):
+            os.fchdir(self.work.fd)
+        return {"killed": killed, "ipc_removed": ipc, "work": self.work.identity()}
 
     def op_exec(self, req: dict) -> dict:
         """Run ``argv``; everything it does is in the reply, never an error reply."""
-        timeout, cap, env, cwd, problem = self._command_setup(req)
+        timeout, cap, env, problem = self._command_setup(req)
         if problem:
             return self._failed(2, problem)
         argv = req["argv"]
@@ -360,7 +243,6 @@ class Executor:
                 stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                cwd=cwd,
                 env=env,
                 start_new_session=True,
                 close_fds=True,
@@ -372,6 +254,8 @@ class Executor:
             return self._failed(126, f"envhub: permission denied: {argv[0]}\n")
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             return self._failed(126, f"envhub: cannot start the command: {exc}\n")
+        finally:
+            self._back_to_work()
         return self._complete(proc, stdin_data, cap, (start, since), start + timeout, oom_before,
                               bool(req.get("contain")))
 
@@ -384,35 +268,45 @@ class Executor:
         request's environment, our rlimits, output pipes -- and none of our descriptors: the
         protocol channel is closed before any of its code runs.
         """
-        timeout, cap, env, cwd, problem = self._command_setup(req)
+        timeout, cap, env, problem = self._command_setup(req)
         if problem:
             return self._failed(2, problem)
         oom_before = self.oom_count()
         start, since = time.monotonic(), procs.ticks_now()
         try:
-            proc = ForkedPython(req["source"], cwd, env, self.enter_child)
+            proc = ForkedPython(req["source"], env, self.enter_child)
         except OSError as exc:  # e.g. EAGAIN: the agent's processes hold the whole pids limit
             return self._failed(126, f"envhub: cannot start the command: {exc}\n")
+        finally:
+            self._back_to_work()
         return self._complete(proc, None, cap, (start, since), start + timeout, oom_before,
                               bool(req.get("contain")))
 
-    def _command_setup(self, req: dict) -> tuple[float, int, dict, str, str | None]:
-        """Timeout, output cap, environment and working directory of an exec-like request, and
-        why the command cannot start there (missing, a symlink, or the agent took away the
-        permission to enter it), else None."""
+    def _command_setup(self, req: dict) -> tuple[float, int, dict, str | None]:
+        """Timeout, output cap and environment of an exec-like request, and why the command
+        cannot start in its working directory (missing, a symlink, or the agent took away the
+        permission to enter it), else None. The executor itself moves there (``fchdir``, through
+        the held work dir), so the command inherits it; ``_back_to_work`` returns."""
         env = dict(self.base_env)
         env.update(req.get("env") or {})
         timeout, cap = float(req.get("timeout", 10.0)), int(req.get("cap", 65536))
         shown = req.get("cwd") or "."
         try:
-            parts = rel_parts(shown)
-            os.close(open_dir(self.workdir, parts))
+            fd = open_dir(self.work.fd, rel_parts(shown))
         except OpError as exc:
-            return timeout, cap, env, "", f"envhub: cannot use working directory: {exc}\n"
-        cwd = os.path.join(self.workdir, *parts)
-        if not os.access(cwd, os.X_OK):
-            return timeout, cap, env, cwd, f"envhub: cannot use working directory {shown}: permission denied\n"
-        return timeout, cap, env, cwd, None
+            return timeout, cap, env, f"envhub: cannot use working directory: {exc}\n"
+        try:
+            os.fchdir(fd)
+        except OSError:
+            self._back_to_work()
+            return timeout, cap, env, f"envhub: cannot use working directory {shown}: permission denied\n"
+        finally:
+            os.close(fd)
+        return timeout, cap, env, None
+
+    def _back_to_work(self) -> None:
+        with contextlib.suppress(OSError):  # the agent took the permission away: commands say so
+            os.fchdir(self.work.fd)
 
     def _complete(self, proc, stdin_data, cap: int, started: tuple[float, int], deadline: float,
                   oom_before: int, contain: bool = False) -> dict:
@@ -432,7 +326,7 @@ class Executor:
         if self.kill_all:
             procs.prefer_oom_all(os.getpid())
         out, err = Capture(cap), Capture(cap)
-        timed_out = self._pump(proc, stdin_data, out, err, deadline)
+        timed_out = procs.pump(proc, stdin_data, out, err, deadline, self.fill)
         if timed_out or contain:
             self._kill_call(proc, since)
         rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
@@ -461,75 +355,6 @@ class Executor:
             "oom_killed": oom,
             "duration": duration,
         }
-
-    def _pump(self, proc, stdin_data, out: Capture, err: Capture, deadline: float) -> bool:
-        """Shovel stdin/stdout/stderr until the command has exited *and* both outputs closed,
-        or the deadline passed (then return True). A background job that keeps the outputs
-        open therefore counts against the timeout, as with ``subprocess.run``.
-
-        Also watches our own stdin: EOF there means the host died mid-command.
-        """
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.stderr, selectors.EVENT_READ, err)
-        sel.register(0, selectors.EVENT_READ, "host")
-        exit_fd = procs.pidfd(proc.pid)
-        if exit_fd is not None:
-            sel.register(exit_fd, selectors.EVENT_READ, "exit")
-        pending = memoryview(stdin_data) if stdin_data is not None else None
-        if pending is not None:
-            os.set_blocking(proc.stdin.fileno(), False)
-            if len(pending):
-                sel.register(proc.stdin, selectors.EVENT_WRITE, "stdin")
-            else:
-                proc.stdin.close()
-        open_outputs, exited = 2, False
-        try:
-            while open_outputs or not exited:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return True
-                if exit_fd is None and not open_outputs:  # no pidfd: fall back to polling
-                    try:
-                        proc.wait(timeout=remaining)
-                    except subprocess.TimeoutExpired:
-                        return True
-                    return False
-                for key, _ in sel.select(min(remaining, 1.0)):
-                    if key.data == "host":
-                        self.fill()
-                    elif key.data == "exit":
-                        sel.unregister(key.fd)
-                        proc.wait()
-                        exited = True
-                    elif key.data == "stdin":
-                        try:
-                            n = os.write(key.fd, pending[:CHUNK])
-                            pending = pending[n:]
-                        except BlockingIOError:
-                            continue
-                        except BrokenPipeError:
-                            pending = pending[:0]
-                        if not len(pending):
-                            sel.unregister(key.fileobj)
-                            proc.stdin.close()
-                    else:
-                        data = os.read(key.fd, CHUNK)
-                        if data:
-                            key.data.feed(data)
-                        else:
-                            sel.unregister(key.fileobj)
-                            key.fileobj.close()
-                            open_outputs -= 1
-            return False
-        finally:
-            for key in list(sel.get_map().values()):
-                if key.data in ("host", "exit"):
-                    continue
-                key.fileobj.close()
-            sel.close()
-            if exit_fd is not None:
-                os.close(exit_fd)
 
     def _failed(self, code: int, message: str) -> dict:
         return {
@@ -568,12 +393,12 @@ class Executor:
         procs.kill_call(proc.pid, since, self.reap)
 
     def oom_count(self) -> int:
-        return _stat_value(OOM_COUNTER_FILES, "oom_kill")
+        return procs.stat_value(OOM_COUNTER_FILES, "oom_kill")
 
     def shmem_bytes(self) -> int:
         """Memory of the sandbox's cgroup that no process holds alone -- files in its tmpfs dirs, SysV
         segments, memfds (``shmem`` of memory.stat) -- which killing processes does not free."""
-        return _stat_value(MEMORY_STAT_FILES, "shmem")
+        return procs.stat_value(MEMORY_STAT_FILES, "shmem")
 
     def reap(self) -> None:
         """Collect exited children and orphans (as PID 1 every orphan becomes ours)."""
@@ -623,20 +448,6 @@ class Executor:
                 self.groups.discard(pgid)
         self.reap()
         return killed
-
-
-def _stat_value(paths, wanted: str) -> int:
-    """The value of the ``wanted`` line of the first readable ``key value`` file of ``paths``, else 0."""
-    for path in paths:
-        try:
-            with open(path) as fh:
-                for line in fh:
-                    key, _, value = line.partition(" ")
-                    if key == wanted:
-                        return int(value)
-        except (OSError, ValueError):
-            continue
-    return 0
 
 
 def main() -> None:

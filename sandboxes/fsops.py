@@ -404,20 +404,25 @@ def _unlink_or_enter(fd: int, name: str) -> int | None:
         return -1
 
 
-def wipe(path: str) -> None:
+def wipe(root: str | int) -> None:
     """Empty a directory, whatever the agent left in it: any depth, any permissions.
 
-    Iterative with one open descriptor at a time (it climbs back with ``..``), so neither a
-    deep chain nor a low descriptor limit stops it; an entry that cannot go is skipped.
+    ``root`` is a trusted path or an open directory fd, which stays the caller's (the executor
+    passes the scratch dirs it holds: a link the agent put in a name's place is never followed).
+    Iterative with one open descriptor at a time (it climbs back with ``..``), so neither a deep
+    chain nor a low descriptor limit stops it; an entry that cannot go is skipped.
     """
-    with contextlib.suppress(OSError):
-        if not os.stat(path).st_mode & stat.S_ISVTX:  # our work dir, not a shared /tmp
-            os.chmod(path, 0o755)
     try:
-        cur = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        if not os.stat(root).st_mode & stat.S_ISVTX:  # our work dir, not a shared /tmp
+            with contextlib.suppress(OSError):
+                os.chmod(root, 0o755)
+        if isinstance(root, int):
+            cur = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=root)
+        else:
+            cur = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return
-    names: list[str] = []  # the path from ``path`` down to ``cur``
+    names: list[str] = []  # the path from ``root`` down to ``cur``
     stuck: list[set[str]] = [set()]  # per level: entries that would not go
     try:
         while True:

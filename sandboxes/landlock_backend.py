@@ -74,7 +74,10 @@ class LandlockSandbox(ProcessSandbox):
         #: A root server (which may switch uids) runs the executor as a uid of its own: then the
         #: pid limit holds too (root is exempt from RLIMIT_NPROC) and file modes apply on top.
         self.uid = SANDBOX_UID if os.geteuid() == 0 else None
-        os.chmod(self._base, 0o700 if self.uid is None else 0o711)  # no one lists it
+        # No one lists it, and the agent's uid cannot write it: the work dir cannot be renamed
+        # or replaced (the confinement's rules name the work and home dirs, not their parent).
+        self._base_mode = 0o500 if self.uid is None else 0o711
+        os.chmod(self._base, self._base_mode)
         if self.uid is not None:
             for path in (self.workdir, self._home):
                 os.chown(path, self.uid, self.uid)
@@ -91,5 +94,5 @@ class LandlockSandbox(ProcessSandbox):
         assert python is not None  # unavailable() checked
         program = seccomp_program(network=False)
         assert program.bpf is not None
-        confine = {"read_write": [self._base], "seccomp": program.bpf.hex(), "hide": list(_hidden())}
+        confine = {"read_write": [self.workdir, self._home], "seccomp": program.bpf.hex(), "hide": list(_hidden())}
         return self._start_executor(python, {"confine": confine}, uid=self.uid)

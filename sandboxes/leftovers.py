@@ -18,16 +18,29 @@ other runs), so it removes a container only when all of these hold:
   on without its owner, so it is removed running too;
 - its owner pid is not this process and is gone: no such process, or the process that holds the
   pid now started after the container was created (the pid was reused).
+
+The process and landlock backends leave scratch directories (the agent's files) in the temp dir.
+Each one's name is its owner record, ``envhub-<kind>-<pid>-<start>-<host>-<random>`` (the owner's
+pid, its start in clock ticks since boot, a tag of this host's name): a landlock agent may write
+inside the directory but cannot rename it (a process backend's agent is not confined at all).
+:func:`sweep_scratch` removes those of one kind whose owner is gone -- no such process, a zombie,
+or another process now holds the pid -- and only real directories of this user, never through a
+symlink (:func:`remove_tree`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
+import re
 import socket
+import stat
+import tempfile
 from typing import Any
 
+from envhub.sandboxes import fsops
 from envhub.sandboxes.dockerapi import LABEL_BACKEND, LABEL_HOST, LABEL_OWNED, LABEL_PID, SERVE_BACKEND
 
 log = logging.getLogger(__name__)
@@ -36,19 +49,31 @@ log = logging.getLogger(__name__)
 STOPPED_STATES = ("created", "exited", "dead")
 #: Slack between the engine's creation time (whole seconds) and a process's start time.
 CLOCK_SLACK_S = 2.0
+#: A scratch directory's name prefix per backend (``process`` keeps its older ``proc``).
+SCRATCH_KINDS = {"process": "proc", "landlock": "landlock"}
+_SCRATCH_NAME = re.compile(r"^envhub-(?P<kind>[a-z]+)-(?P<pid>\d+)-(?P<start>\d+)-(?P<host>[0-9a-f]{8})-")
 
 
-def _process_start_time(pid: int) -> float | None:
-    """When ``pid`` started (seconds since the epoch), or None when that cannot be read."""
+def _state_and_start(pid: int) -> tuple[bytes, int] | None:
+    """``pid``'s state letter and start (clock ticks since boot), or None when unreadable."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             # comm (field 2) may hold spaces and parentheses: fields after it follow the last ')'
             fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _process_start_time(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch), or None when that cannot be read."""
+    found = _state_and_start(pid)
+    try:
         with open("/proc/stat", "rb") as fh:
             btime = next(int(line.split()[1]) for line in fh if line.startswith(b"btime "))
-        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError, StopIteration):
         return None
+    return None if found is None else btime + found[1] / os.sysconf("SC_CLK_TCK")
 
 
 def owner_gone(labels: dict[str, str], created: float) -> bool:
@@ -87,4 +112,75 @@ def sweep_dead_owners(client: Any | None = None) -> int:
     removed = sum(_force_remove(client.api, cid) for cid in gone)
     if removed:
         log.info("removed %d container(s) left behind by envhub processes that are gone", removed)
+    return removed
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def make_scratch(backend: str) -> str:
+    """A new scratch directory of ``backend`` in the temp dir, named after its owner (this process)."""
+    found = _state_and_start(os.getpid())
+    start = 0 if found is None else found[1]
+    return tempfile.mkdtemp(prefix=f"envhub-{SCRATCH_KINDS[backend]}-{os.getpid()}-{start}-{_host_tag()}-")
+
+
+def _record_owner_gone(pid: int, start: int) -> bool:
+    """True only when the process a scratch name records is certainly gone; any doubt keeps it."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # someone's process holds the pid: whose, its start says
+    found = _state_and_start(pid)
+    return found is not None and (found[0] == b"Z" or (start != 0 and found[1] != start))  # 0: unknown
+
+
+def remove_tree(dir_fd: int, name: str) -> bool:
+    """Remove the directory ``name`` (in ``dir_fd``) with all it holds, following no symlink:
+    ``name`` must be a directory itself, and the links inside go as links. True when it is gone."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        fsops.wipe(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def sweep_scratch(backend: str, root: str | None = None) -> int:
+    """Remove ``backend``'s scratch directories in ``root`` (the temp dir) whose owner is gone (see
+    the module docstring); returns how many this call removed."""
+    try:
+        root_fd = os.open(root or tempfile.gettempdir(), os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return 0
+    removed = 0
+    try:
+        for name in os.listdir(root_fd):
+            match = _SCRATCH_NAME.match(name)
+            if match is None or match["kind"] != SCRATCH_KINDS[backend] or match["host"] != _host_tag():
+                continue
+            try:
+                info = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            if _record_owner_gone(int(match["pid"]), int(match["start"])) and remove_tree(root_fd, name):
+                removed += 1
+    finally:
+        os.close(root_fd)
+    if removed:
+        log.info("removed %d %s scratch dir(s) left behind by envhub processes that are gone", removed, backend)
     return removed

@@ -11,7 +11,6 @@ It exists so that envhub works on a machine with neither Docker nor bubblewrap, 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -19,11 +18,9 @@ import tempfile
 import warnings
 from typing import Any
 
-from envhub.sandboxes import cleanup, fsops
+from envhub.sandboxes import cleanup, fsops, leftovers
 from envhub.sandboxes.base import SandboxSpec
 from envhub.sandboxes.channel import PipeTransport, Transport
-from envhub.sandboxes.dockerapi import owner_labels
-from envhub.sandboxes.leftovers import owner_gone
 from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
 
 _warned = False
@@ -55,46 +52,20 @@ def _user_process_count(uid: int | None = None) -> int:
     return count
 
 
-SCRATCH_PREFIX = "envhub-proc-"
-OWNER_FILE = "owner.json"
-
-
-def sweep_dead_scratch(root: str | None = None) -> int:
-    """Remove the scratch directories of process sandboxes whose envhub process is gone (a
-    ``kill -9`` runs no cleanup): the same owner rules as docker's leftovers, with the owner file's
-    time as the creation time. A directory without an owner file is left alone. Returns how many."""
-    removed = 0
-    root = root or tempfile.gettempdir()
-    for name in os.listdir(root):
-        path = os.path.join(root, name)
-        if not name.startswith(SCRATCH_PREFIX):
-            continue
-        try:
-            with open(os.path.join(path, OWNER_FILE)) as fh:
-                labels = json.load(fh)
-            created = os.stat(os.path.join(path, OWNER_FILE)).st_mtime
-        except (OSError, ValueError):
-            continue
-        if isinstance(labels, dict) and owner_gone({str(k): str(v) for k, v in labels.items()}, created):
-            fsops.wipe(path)
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
-            removed += 1
-    return removed
-
-
 class ProcessSandbox(ResidentSandbox):
     backend = "process"
 
     def __init__(self, spec: SandboxSpec | None = None) -> None:
         super().__init__(spec)
-        self._base = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)
-        with open(os.path.join(self._base, OWNER_FILE), "w") as fh:  # for the sweep after a kill -9
-            json.dump(owner_labels(), fh)
+        self._base = leftovers.make_scratch(self.backend)  # its name records the owner, for a sweep after a kill -9
         self.workdir = os.path.join(self._base, "work")
         self._home = os.path.join(self._base, "home")
         os.makedirs(self.workdir)
         os.makedirs(self._home)
+        #: Held from here on: the agent of this backend may rename the base dir itself.
+        self._base_fd = os.open(self._base, os.O_RDONLY | os.O_DIRECTORY)
+        #: The base dir's mode, given back at every reset (see ``scratch.tidy``).
+        self._base_mode = 0o700
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the sandbox
         # RLIMIT_NPROC counts every process of the uid, so allow for the ones already running.
@@ -118,6 +89,7 @@ class ProcessSandbox(ResidentSandbox):
             "oom": "heuristic",
             "limits": self._rlimits(),
             "token": self.token,
+            "tidy": {"keep": ["work", "home"], "mode": self._base_mode},
             **extra,
         }
         self._proc = subprocess.Popen(
@@ -142,11 +114,13 @@ class ProcessSandbox(ResidentSandbox):
         return limits
 
     def _host_workdir(self) -> int | None:
-        """The work dir is a directory of this host: read it directly."""
+        """The work dir is a directory of this host: read it directly, through the base dir this
+        process holds, where it still is the directory the executor holds (else None)."""
         try:
-            return os.open(self.workdir, os.O_PATH | os.O_DIRECTORY)
+            fd = os.open("work", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self._base_fd)
         except OSError:
             return None
+        return self._held_workdir(fd)
 
     def _describe(self) -> str:
         if self._proc is None:
@@ -170,7 +144,11 @@ class ProcessSandbox(ResidentSandbox):
                 proc.kill()
                 proc.wait()
         self._stderr.close()
-        fsops.wipe(self._base)  # iterative: shutil.rmtree recurses, and the tree is the agent's
+        base_fd, self._base_fd = self._base_fd, -1
+        if base_fd < 0:
+            return
+        fsops.wipe(base_fd)  # iterative: shutil.rmtree recurses, and the tree is the agent's
+        os.close(base_fd)
         with contextlib.suppress(OSError):
             os.rmdir(self._base)
 

@@ -64,7 +64,8 @@ BASE_ENV = {
 
 
 #: Helper modules the executor imports, by the names it finds them under inside a sandbox.
-EXECUTOR_HELPERS = (("envhub_confine", "confine.py"), ("envhub_fsops", "fsops.py"), ("envhub_tarops", "tarops.py"), ("envhub_procs", "procs.py"))
+EXECUTOR_HELPERS = (("envhub_confine", "confine.py"), ("envhub_fsops", "fsops.py"), ("envhub_scratch", "scratch.py"),
+                    ("envhub_tarops", "tarops.py"), ("envhub_procs", "procs.py"))
 #: ``python -I -c`` program: load the helpers' sources (next arguments) as modules, then run the
 #: executor's source as ``__main__``; what is left in ``sys.argv`` is the executor's config.
 BOOTSTRAP = (
@@ -150,6 +151,8 @@ class ResidentSandbox(ABC):
         self._proc_dir: int | None = None  # /proc/<executor pid> as seen from here, once found
         self._proc_dir_known = False
         self._proc_dir_lock = threading.Lock()
+        #: ``(st_dev, st_ino)`` of the work dir the executor holds, from its hello and each reset.
+        self._work_identity: tuple[int, int] | None = None
 
     # ---- hooks ---------------------------------------------------------------------------------
 
@@ -189,11 +192,24 @@ class ResidentSandbox(ABC):
         except OSError:  # the executor is gone: the executor's own answer will say so
             return None
         try:
-            return fsops.open_dir(root, fsops.rel_parts(self.workdir.lstrip("/")))
+            return self._held_workdir(fsops.open_dir(root, fsops.rel_parts(self.workdir.lstrip("/"))))
         except OpError:
             return None
         finally:
             os.close(root)
+
+    def _held_workdir(self, fd: int) -> int | None:
+        """``fd`` when it is the very directory the executor holds as its work dir, else None (it
+        is closed): where the agent could rename the work dir and put another in its place, the
+        host never reads what took the name."""
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) == self._work_identity:
+            return fd
+        os.close(fd)
+        return None
 
     def _executor_proc_dir(self) -> int | None:
         """``/proc/<executor pid>`` opened once: a descriptor stays bound to that process, so a
@@ -235,6 +251,7 @@ class ResidentSandbox(ABC):
             if self._closed or cleanup.shutting_down():  # a signal's cleanup ran while launching
                 raise SandboxError(f"the {self.backend} sandbox was closed while starting")
             self.info = self._channel.call("hello", START_TIMEOUT_S)
+            self._note_work(self.info)
         except BaseException as exc:
             detail = ""
             with contextlib.suppress(Exception):
@@ -444,7 +461,11 @@ class ResidentSandbox(ABC):
         """Back to pristine: every process the agent started is killed, the work dir and the
         other writable scratch dirs are emptied, and where the sandbox has its own IPC namespace
         (docker, bwrap) every SysV shm/sem/msg object and POSIX message queue is removed."""
-        self._call("reset", TRANSFER_TIMEOUT_S)
+        self._note_work(self._call("reset", TRANSFER_TIMEOUT_S))
+
+    def _note_work(self, reply: dict[str, Any]) -> None:
+        work = reply.get("work")
+        self._work_identity = (int(work[0]), int(work[1])) if work else None
 
 
 def tree_from_reply(reply: dict[str, Any]) -> Tree:

@@ -29,7 +29,7 @@ def link_stays_inside(member_name: str, target: str) -> bool:
     return bool(target.strip("/"))
 
 
-def extract_tar(root: str, dest: str, data: bytes, allow_links: bool) -> dict:
+def extract_tar(root: str | int, dest: str, data: bytes, allow_links: bool) -> dict:
     """Unpack a tar under ``root/dest`` with the safe walkers; return what was written/skipped.
 
     Only directories and regular files are created (plus, when ``allow_links``, relative

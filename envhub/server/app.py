@@ -119,7 +119,38 @@ def create_app(env: str | Callable[[], Env], config: ServerConfig | None = None)
     _envhub_routes(app, hub)
     app.add_api_websocket_route("/ws", ws_endpoint)
     app.add_middleware(Edge, token=config.token, max_body_bytes=config.max_body_bytes, metrics=hub.metrics)
+    app.openapi = lambda: _openapi_document(app)  # type: ignore[method-assign]
     return app
+
+
+#: Where a JSON schema bounds a number. FastAPI's OpenAPI models hold these as floats, so 2**63 - 1
+#: (the largest seed) came out as 2**63, a seed the server refuses.
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _openapi_document(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with the integer bounds of the request models as pydantic enforces them."""
+    if app.openapi_schema is None:
+        doc = FastAPI.openapi(app)
+        schemas = doc.get("components", {}).get("schemas", {})
+        for model in (ResetRequest,):
+            if model.__name__ in schemas:
+                _exact_bounds(schemas[model.__name__], model.model_json_schema())
+    return app.openapi_schema or {}
+
+
+def _exact_bounds(generated: Any, exact: Any) -> None:
+    """Copy the integer bounds of ``exact`` into ``generated``, the same schema, in place."""
+    if isinstance(generated, dict) and isinstance(exact, dict):
+        for key, value in generated.items():
+            bound = exact.get(key)
+            if key in _BOUNDS and isinstance(bound, int) and not isinstance(bound, bool):
+                generated[key] = bound
+            else:
+                _exact_bounds(value, bound)
+    elif isinstance(generated, list) and isinstance(exact, list) and len(generated) == len(exact):
+        for one, other in zip(generated, exact, strict=True):
+            _exact_bounds(one, other)
 
 
 # ---- errors ----------------------------------------------------------------------------------
@@ -253,11 +284,18 @@ def _openenv_routes(app: FastAPI, hub: Hub) -> None:
     rpc_schema = {"type": "object", "required": ["jsonrpc", "method"], "properties": {
         "jsonrpc": {"const": "2.0"}, "method": {"type": "string"}, "params": {"type": "object"},
         "id": {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}}}
+    rpc_error = {"type": "object", "required": ["jsonrpc", "id", "error"], "properties": {
+        "jsonrpc": {"const": "2.0"}, "id": {"type": "null"}, "error": {
+            "type": "object", "required": ["code", "message"],
+            "properties": {"code": {"const": PARSE_ERROR}, "message": {"type": "string"}}}}}
 
     @app.post("/mcp", tags=["MCP"], summary="MCP JSON-RPC: tools/list, tools/call, initialize, sessions",
               openapi_extra={"requestBody": {"required": True, "content": {JSON: {"schema": rpc_schema}}}},
               responses={200: {"description": "a JSON-RPC response"},
-                         202: {"description": "a notification was accepted"}, **_errors(401, 404, 413)})
+                         202: {"description": "a notification was accepted"},
+                         400: {"description": "no body: a JSON-RPC parse error",
+                               "content": {JSON: {"schema": rpc_error}}},
+                         **_errors(401, 404, 413)})
     async def mcp(request: Request) -> Response:
         return await _mcp_http(hub, request)
 
@@ -293,8 +331,12 @@ async def _mcp_http(hub: Hub, request: Request) -> Response:
         session = hub.manager.get(header_sid)
         if session is None:  # MCP's rule: an unknown session id is a 404, and the client re-initializes
             raise ProtocolError("SESSION_NOT_FOUND", "unknown or expired session id", 404)
+    body = await request.body()
+    if not body:  # the request lacks what the document requires: an HTTP error, not a JSON-RPC answer
+        return AsciiJSONResponse(error(PARSE_ERROR, "parse error: no body (POST one JSON-RPC request)"),
+                                 status_code=400)
     try:
-        payload = jsontext.parse(await request.body())
+        payload = jsontext.parse(body)
     except ValueError as exc:
         return AsciiJSONResponse(error(PARSE_ERROR, f"parse error: {exc}"))
     rpc, bad = check_request(payload)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -32,13 +33,36 @@ def check_exposure(host: str, token: str | None, insecure_no_token: bool) -> Non
     if token or is_loopback(host) or insecure_no_token:
         return
     raise typer.BadParameter(
-        f"--host {host} is reachable from other machines: pass --token (or set ENVHUB_TOKEN); "
+        f"--host {host} is reachable from other machines: pass --token-file (or set ENVHUB_TOKEN); "
         "clients then send 'Authorization: Bearer <token>'", param_hint="--host")
+
+
+CMDLINE_TOKEN_WARNING = ("envhub serve: --token on the command line is readable by every process on this machine "
+                         "(/proc/PID/cmdline); pass --token-file or set ENVHUB_TOKEN instead")
+
+
+def read_token(token: str | None, token_file: Path | None, env_token: str | None) -> str | None:
+    """The bearer token from ``--token-file``, ``ENVHUB_TOKEN`` (``env_token``) or ``--token``;
+    a ``--token`` that did not come from the environment was on the command line: warned about."""
+    if token_file is not None:
+        if token and token != env_token:
+            raise typer.BadParameter("give the token once: --token-file or --token", param_hint="--token-file")
+        try:
+            lines = token_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeError) as exc:
+            raise typer.BadParameter(f"cannot read {token_file}: {exc}", param_hint="--token-file") from None
+        if not lines or not lines[0].strip():
+            raise typer.BadParameter(f"{token_file} holds no token (its first line is empty)",
+                                     param_hint="--token-file")
+        return lines[0].strip()
+    if token and token != env_token:
+        typer.echo(CMDLINE_TOKEN_WARNING, err=True)
+    return token or None
 
 
 def serve_command(
     env_id: Annotated[str, typer.Argument(help="a registered env id, e.g. envhub/Computation-v0")],
-    host: Annotated[str, typer.Option(help="interface to bind; anything but loopback needs --token")]
+    host: Annotated[str, typer.Option(help="interface to bind; anything but loopback needs a token")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0 = any free port)")] = DEFAULT_PORT,
     max_sessions: Annotated[int, typer.Option(min=1, help="concurrent sessions (one env each)")] = 64,
@@ -47,8 +71,11 @@ def serve_command(
     attached_idle_timeout: Annotated[float, typer.Option(min=0.0, help="seconds a connected client may stay "
                                                          "silent before it is closed (a hung client; "
                                                          "0 = never)")] = 3600.0,
-    token: Annotated[str | None, typer.Option(envvar="ENVHUB_TOKEN", help="bearer token required on every "
-                                              "route but /health", show_default=False)] = None,
+    token_file: Annotated[Path | None, typer.Option(help="file whose first line is the bearer token required "
+                                                    "on every route but /health")] = None,
+    token: Annotated[str | None, typer.Option(envvar="ENVHUB_TOKEN", help="the bearer token itself, best from "
+                                              "the environment (ENVHUB_TOKEN): on the command line every "
+                                              "process can read it", show_default=False)] = None,
     docker: Annotated[bool, typer.Option(help="build and run the server in a container (offline, on "
                                          "envhub/base)")] = False,
     split: Annotated[str, typer.Option(help="task split served")] = "train",
@@ -68,7 +95,8 @@ def serve_command(
     rebuild: Annotated[bool, typer.Option(help="--docker: rebuild the image even if it is current")] = False,
 ) -> None:
     """Serve ENV_ID over HTTP, WebSocket and MCP, compatible with OpenEnv's clients."""
-    os.environ.pop("ENVHUB_TOKEN", None)  # read once: neither sandboxes nor /proc/<us>/environ readers get it
+    # read once: no sandbox inherits it
+    token = read_token(token, token_file, os.environ.pop("ENVHUB_TOKEN", None))
     check_exposure(host, token, insecure_no_token)
     env_spec(env_id)  # an unknown env or argument is an error here, before any image or server
     env_kwargs = checked_env_kwargs(env_id, env_arg, sandbox=sandbox)

@@ -15,7 +15,8 @@ budgets exactly like a tool call the model wrote as text; the episode's reward a
 back in ``structuredContent``. Per the MCP spec an unknown tool is a JSON-RPC error (-32602),
 while arguments that do not fit the tool's schema are a tool result with ``isError`` -- the env
 tells the agent what was wrong, as it would for a text action. JSON-RPC errors travel in HTTP 200
-responses (``openenv validate`` requires exactly that for ``POST /mcp {}``).
+responses (``openenv validate`` requires exactly that for ``POST /mcp {}``); only a ``POST /mcp``
+without a body, which the OpenAPI document requires, is an HTTP 400 (with a JSON-RPC parse error).
 """
 
 from __future__ import annotations

@@ -36,10 +36,9 @@ BELOW = {
 #: (importing file, imported module) pairs allowed across the floors: ``envhub.connect``.
 FACADES = {("envhub/__init__.py", "envhub.server.client")}
 MAX_LINES = 500
-#: The one module allowed over MAX_LINES: the stdlib-only program injected into every sandbox as
-#: its PID 1 (``python3 -I -c <bootstrap> <sources...>``); its helpers are already split out
-#: (fsops, tarops, procs), and what is left is one request loop that must stay whole.
-SIZE_EXCEPTIONS = {"sandboxes/executor.py"}
+#: Modules allowed over MAX_LINES: none (the executor's request loop fits since procs.py took its
+#: command running).
+SIZE_EXCEPTIONS: set[str] = set()
 MODULE_STRING = re.compile(r"envhub(\.\w+)+(:\w+)?")
 
 
