@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 
-from envhub.verifiers.probes.compare import judge, read_report
+from envhub.verifiers.probes.compare import holds, judge, read_report, same_value
 from envhub.verifiers.probes.compiler import compile_tests
 from envhub.verifiers.probes.grader import ProbeSuite, ProbeTest, plan, verdicts_from_output
 
@@ -67,3 +68,29 @@ def test_a_segmented_test_passes_only_when_every_segment_does() -> None:
     wrong_last = [*gold[:2], [[3, ["str", "ba"]]]]
     failing = verdicts_from_output(suite, index_of, "\n".join(_line(i, g) for i, g in enumerate(wrong_last)))
     assert not failing.all_passed(["t::a"]) and failing.failed() == ["t::a"]
+
+
+def _point(x: int, cache: int = 0) -> list:
+    return ["object", "shop.Point", [["_cache", ["int", str(cache)]], ["x", ["int", str(x)]]]]
+
+
+def test_many_objects_of_one_class_cost_what_their_number_does() -> None:
+    """Decoded objects hash by the attributes their gold ``__eq__`` compares: a set or dict of
+    thousands of one class is decided in about linear time, not by comparing each with each."""
+    n = 5000
+    keyed = {"shop.Point": ("x",)}
+    gold = ["set", [_point(i) for i in range(n)]]
+    fix = ["set", [_point(i, cache=7) for i in reversed(range(n))]]  # a cache the gold's __eq__ ignores
+    wrong = ["set", [_point(i + 1) for i in range(n)]]
+    as_keys = ["dict", [[_point(i), ["int", str(i)]] for i in range(n)]]
+    t0 = time.monotonic()
+    assert same_value(fix, gold, keyed) and not same_value(wrong, gold, keyed)
+    assert same_value(["dict", [[_point(i, 3), ["int", str(i)]] for i in range(n)]], as_keys, keyed)
+    assert time.monotonic() - t0 < 30  # a hang guard: quadratic comparison took minutes here
+    # a class without __eq__ of its own: compared on the gold's attributes, so hashed by class only;
+    # deciding costs comparisons, and past the budget the observation is the submission's failure
+    t0 = time.monotonic()
+    assert not same_value(["set", [_point(i) for i in reversed(range(n))]], gold, {})
+    assert not holds({"member_of": gold}, _point(n + 1), {})
+    assert time.monotonic() - t0 < 30
+    assert same_value(["set", [_point(i) for i in range(50)]], ["set", [_point(i) for i in range(50)]], {})

@@ -35,7 +35,14 @@ def _names(cls: type) -> list[str]:
     return excinfo.names(cls)
 
 
-WANT = ["raises", [f"{HERE}.QueryError"], "position 3$", 0]
+def _chains(*classes: type) -> dict[str, list[str]]:
+    """What the recording stores beside a predicate: the known classes' MROs (builtins left out)."""
+    known = {k for c in classes for k in c.__mro__ if k.__module__ != "builtins"}
+    return {excinfo.qualname(k): _names(k) for k in known}
+
+
+CHAINS = _chains(QueryError, EscapeError, Sibling)
+WANT = ["raises", [f"{HERE}.QueryError"], "position 3$", 0, CHAINS]
 
 
 def test_any_subclass_of_a_named_class_passes_and_nothing_else() -> None:
@@ -44,10 +51,68 @@ def test_any_subclass_of_a_named_class_passes_and_nothing_else() -> None:
     assert not raised_as_expected(["raised", _names(Sibling), "invalid escape at position 3"], WANT)
     assert not raised_as_expected(["raised", _names(ValueError), "invalid escape at position 3"], WANT)
     assert not raised_as_expected(["not raised"], WANT)
-    either = ["raises", [f"{HERE}.Sibling", "builtins.KeyError"], None, 0]  # pytest.raises((Sibling, KeyError))
+    either = ["raises", [f"{HERE}.Sibling", "builtins.KeyError"], None, 0, CHAINS]  # pytest.raises((Sibling, KeyError))
     assert raised_as_expected(["raised", _names(Sibling), None], either)
     assert raised_as_expected(["raised", _names(KeyError), None], either)
     assert not raised_as_expected(["raised", _names(QueryError), None], either)
+
+
+class Intermediate(QueryError):
+    pass
+
+
+class Leaf(Intermediate):
+    pass
+
+
+def _everything(*first: type) -> type:
+    """A class that really inherits from the given classes, then every builtin exception that fits."""
+    import builtins
+
+    chosen: list[type] = list(first)
+    for base in sorted((c for c in vars(builtins).values() if isinstance(c, type) and issubclass(c, Exception)),
+                       key=lambda c: -len(c.__mro__)):
+        try:
+            type("Everything", (*chosen, base), {})
+        except TypeError:
+            continue
+        chosen.append(base)
+    return type("Everything", tuple(chosen), {})
+
+
+def test_a_subclass_of_everything_fails_and_every_honest_subclass_passes() -> None:
+    """The known classes observed must lie in the gold MRO of the most derived of them: one branch."""
+    chains = _chains(QueryError, EscapeError, Sibling, Intermediate, Leaf)
+    want = ["raises", [f"{HERE}.QueryError"], None, 0, chains]
+    honest = [QueryError, EscapeError, Leaf, type("Mine", (QueryError,), {}), type("Deep", (Leaf,), {}),
+              type("Twice", (type("Own", (QueryError,), {}),), {})]  # classes a fix adds, on one branch
+    for cls in honest:
+        assert raised_as_expected(_observed(_raise(cls("x")), message=False), want), cls
+    chained = QueryError("x")
+    chained.__cause__ = KeyError("cause")  # raise ... from ...: the class is what counts
+    assert raised_as_expected(_observed(_raise(chained), message=False), want)
+    retyped = Sibling("k")
+    retyped.__class__ = QueryError  # the interpreter's type now: pytest would accept it, and so do we
+    assert raised_as_expected(_observed(_raise(retyped), message=False), want)
+    widened = [_everything(QueryError), _everything(KeyError, QueryError), _everything(Sibling, EscapeError),
+               type("Two", (QueryError, KeyError), {}), type("Mixed", (type("Own", (Sibling,), {}), QueryError), {})]
+    for cls in widened:
+        assert issubclass(cls, QueryError)  # pytest.raises(QueryError) would pass every one of them
+        assert not raised_as_expected(_observed(_raise(cls("x")), message=False), want), cls.__mro__
+
+    class Branches(type):
+        def mro(cls) -> list[type]:
+            return [cls, QueryError, KeyError, LookupError, ValueError, Exception, BaseException, object]
+
+    assert not raised_as_expected(_observed(_raise(Branches("Meta", (Exception,), {})("x")), message=False), want)
+    # a moved class (found at its new name only) is unknown: it is not the one the test imported
+    moved = type("QueryError", (ValueError,), {"__module__": "elsewhere"})
+    assert not raised_as_expected(["raised", [f"{HERE}.Moved", *_names(ValueError)], None], want)
+    assert not raised_as_expected(_observed(_raise(moved("x")), message=False), want)
+    # forged names: only strings, and a forged chain is held to the same rule
+    assert not raised_as_expected(["raised", [f"{HERE}.QueryError", 3], None], want)
+    assert not raised_as_expected(["raised", [f"{HERE}.QueryError", "builtins.KeyError",
+                                              *_names(ValueError)], None], want)
 
 
 def test_match_is_re_search_on_the_trusted_side() -> None:
@@ -122,8 +187,10 @@ def _observed(raise_it: object, message: bool = True) -> list:
     runtime.bind(write)
     runtime.begin(1)
     try:
-        with runtime.raises(3, message=message):
+        with runtime.raises(3, message=message) as info:
             raise_it()  # type: ignore[operator]
+        if message:
+            runtime.raised(3, runtime.message(info.value))
     finally:
         runtime.bind(None)
         runtime.begin(None)
@@ -176,8 +243,10 @@ def test_the_message_is_what_pytest_searches() -> None:
     read, write = os.pipe()
     runtime.bind(write)
     try:
-        with pytest.raises(RuntimeError, match="no text"), runtime.raises(3, message=True):
-            raise Broken()  # pytest's match= raises too: the test errors, it is never observed
+        with runtime.raises(3, message=True) as info:
+            raise Broken()
+        with pytest.raises(RuntimeError, match="no text"):  # pytest's match= raises too: the test errors
+            runtime.raised(3, runtime.message(info.value))  # and the site is never observed
     finally:
         runtime.bind(None)
         os.close(write)
@@ -264,7 +333,7 @@ def _project(root: Path, shop: str) -> Path:
 def test_recording_resolves_each_case_on_the_gold(tmp_path: Path) -> None:
     root = _project(tmp_path / "shop", SHOP)
     suite = record_project(root, {"src/shop.py": SHOP}, {"tests/test_shop.py": SOURCE})
-    predicates = sorted(([test.split("::")[1].split("[")[0], o[1]] for test, segments in suite.expected.items()
+    predicates = sorted(([test.split("::")[1].split("[")[0], o[1][:4]] for test, segments in suite.expected.items()
                          for seg in segments for o in seg["observations"] if o[1][0] == "raises"), key=json.dumps)
     assert predicates == sorted([
         ["test_either", ["raises", ["builtins.KeyError", "shop.ShopError"], None, 0]],
@@ -273,6 +342,13 @@ def test_recording_resolves_each_case_on_the_gold(tmp_path: Path) -> None:
         ["test_parse_errors", ["raises", ["builtins.KeyError"], "SECRET-KEY", 0]],  # each case its own
         ["test_parse_errors", ["raises", ["shop.ShopError"], "SECRET-FRAGMENT", 0]],
     ], key=json.dumps)
+    base = ["builtins.ValueError", "builtins.Exception", "builtins.BaseException", "builtins.object"]
+    frozen = ["dataclasses.FrozenInstanceError", "builtins.AttributeError", *base[1:]]
+    for test, segments in suite.expected.items():  # the project's classes, and the expected ones' MROs
+        for chains in (o[1][4] for seg in segments for o in seg["observations"] if o[1][0] == "raises"):
+            assert chains == {"shop.ShopError": ["shop.ShopError", *base],
+                              "shop.SoldOut": ["shop.SoldOut", "shop.ShopError", *base],
+                              **({"dataclasses.FrozenInstanceError": frozen} if "frozen" in test else {})}, test
     assert all("SECRET" not in text for probe in suite.probes.values() for text in probe.modules.values())
     wrong = SHOP.replace("raise KeyError(", "raise LookupError(")  # a base class of the one expected
     with pytest.raises(RecordError, match=r"not what pytest\.raises expects"):

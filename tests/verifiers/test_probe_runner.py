@@ -38,7 +38,7 @@ from sandbox_fixtures import backend_params, require_backend
 
 from envhub.sandboxes import SandboxSpec, new_sandbox
 from envhub.sandboxes.base import Limits
-from envhub.verifiers.probes import runner
+from envhub.verifiers.probes import reaper, runner
 
 LIMITS = Limits(cpus=1.0, memory_mb=512, pids=64, timeout_s=60.0, output_bytes=1 << 20, disk_mb=64)
 
@@ -109,9 +109,9 @@ def test_each_batch_has_its_deadline_and_the_run_one_budget(tmp_path: Path) -> N
 
 
 def test_kills_only_descendants() -> None:
-    assert not runner._descends_from(os.getppid(), os.getpid())
-    assert runner._descends_from(os.getpid(), os.getppid())
-    assert os.getpid() not in runner.descendants(os.getpid())
+    assert not reaper.descends_from(os.getppid(), os.getpid())
+    assert reaper.descends_from(os.getpid(), os.getppid())
+    assert os.getpid() not in reaper.descendants(os.getpid())
 
 
 # ---- inside real sandboxes ------------------------------------------------------------------------
@@ -200,7 +200,11 @@ def find(secret):
                         return True
             except OSError:
                 pass
-    for obj in gc.get_objects():
+    try:
+        objects = gc.get_objects()
+    except RuntimeError:  # the probe runtime's audit hook refuses the object graph
+        objects = []
+    for obj in objects:
         consts = getattr(obj, "co_consts", ())
         if any(isinstance(c, str) and secret in c for c in consts):
             return True

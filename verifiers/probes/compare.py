@@ -14,12 +14,15 @@ fails it, with the reason.
 
 from __future__ import annotations
 
+import builtins
 import datetime
 import decimal
 import fractions
+import functools
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +118,7 @@ def holds(rule: dict[str, Any], got: Any, classes: Classes | None = None, gold: 
     the observed builtin container or string); ``negate`` for ``not in``. An object (not a builtin
     value) is never *not* a member by that alone -- under pytest its own ``__eq__`` would decide,
     and one equal to everything would fail -- so it must then equal the ``gold``'s observation."""
+    _spent.count = 0
     try:
         if "member_of" in rule:
             value, container = _decoded(got, classes or {}, True), _decoded(rule["member_of"], classes or {})
@@ -134,19 +138,42 @@ def holds_as_expected(got: Any, want: list, classes: Classes | None = None) -> b
     return len(want) == 3 and holds({want[0]: want[1], "negate": want[2]}, got, classes)
 
 
+@functools.lru_cache(maxsize=1)
+def builtin_chains() -> dict[str, tuple[str, ...]]:
+    """Every builtin exception class (and ``object``) -> the qualified names of its MRO."""
+    classes = [c for c in vars(builtins).values() if isinstance(c, type) and issubclass(c, BaseException)]
+    return {f"builtins.{c.__qualname__}": tuple(f"{k.__module__}.{k.__qualname__}" for k in c.__mro__)
+            for c in [*classes, object]}
+
+
 def raised_as_expected(got: Any, want: list) -> bool:
     """``pytest.raises``'s decision, on what the sandbox observed at its site.
 
     ``want`` is the test's own predicate, recorded from it on the gold: ``["raises", classes, pattern,
-    flags]`` -- the qualified names of the class (or classes of the tuple) it names, and its ``match=``
-    pattern (None: no ``match=``). ``got`` must be ``["raised", names, text]``: the qualified names of
-    the raised exception's classes, by the interpreter's MRO, and the text ``match=`` searches. Like
-    ``isinstance``, any subclass of an expected class passes; then ``re.search(pattern, text, flags)``
-    must find the pattern, here, where the submission never runs.
+    flags, chains]`` -- the qualified names of the class (or classes of the tuple) it names, its
+    ``match=`` pattern (None: no ``match=``), and ``chains``: the MRO, by qualified name, of every
+    exception class the gold's project defines and of every class in an expected class's MRO (the
+    builtins' come from :func:`builtin_chains`). Those are the *known* classes. ``got`` must be
+    ``["raised", names, text]``: the raised exception's MRO by qualified name (unknown classes: ones
+    the submission defined, or named ``?...`` because they are not what their name leads to) and the
+    text ``match=`` searches.
+
+    Like ``isinstance``, a subclass of an expected class passes, but only one of a single branch: the
+    known classes observed must all lie in the gold MRO of the most derived of them. A subclass the
+    fix adds (``class EmptyError(QueueError)``) passes where ``QueueError`` is expected; a class that
+    also inherits a known class from another branch -- the "subclass of everything" that a forged or
+    widened exception would need -- does not. Then ``re.search(pattern, text, flags)`` must find the
+    pattern, here, where the submission never runs.
     """
     if not (isinstance(got, list) and len(got) == 3 and got[0] == "raised" and isinstance(got[1], list)):
         return False
-    if not any(isinstance(name, str) and name in want[1] for name in got[1]):
+    if not all(isinstance(name, str) for name in got[1]):
+        return False
+    chains = {**builtin_chains(), **(want[4] if len(want) > 4 and isinstance(want[4], dict) else {})}
+    known = [name for name in got[1] if name in chains]
+    if not known or not set(known) <= set(chains[known[0]]):
+        return False
+    if not any(name in want[1] for name in known):
         return False
     pattern, flags = want[2], want[3]
     return pattern is None or (isinstance(got[2], str) and re.search(pattern, got[2], flags) is not None)
@@ -178,6 +205,7 @@ def same_value(got: Any, want: Any, classes: Classes | None = None) -> bool:
     into builtin ones here; nothing submitted is involved. Anything not decodable compares exactly."""
     if got == want:
         return True
+    _spent.count = 0
     try:
         return bool(_decoded(got, classes or {}, True) == _decoded(want, classes or {}))
     except (TypeError, ValueError, ArithmeticError, RecursionError, IndexError, KeyError):
@@ -200,21 +228,61 @@ class _Exact:
 class _Object:
     """A project object: equal to another of the same class when the compared attributes are --
     those its gold class's ``__eq__`` reads, else every attribute the gold's object has (one the
-    observed object has besides, such as a cache, is not the gold's business)."""
+    observed object has besides, such as a cache, is not the gold's business).
+
+    Hashed by the compared attributes' values where the gold's ``__eq__`` names them, so a set or a
+    dict of many objects of one class costs what its size does. Where it does not, the attributes
+    compared depend on which side is the gold's, so only the class is hashed, and every comparison
+    counts against :data:`EQ_BUDGET`: past it the observation is unequal (the submission's cost)."""
 
     def __init__(self, name: str, attrs: dict[str, Any], classes: Classes, observed: bool) -> None:
         self.name, self.attrs, self.fields, self.observed = name, attrs, classes.get(name), observed
+        self._hash: int | None = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, _Object) or other.name != self.name:
             return False
         if self.fields is not None:
             return all(self.attrs.get(f, _MISSING) == other.attrs.get(f, _MISSING) for f in self.fields)
+        _spend()
         got, want = (other, self) if other.observed and not self.observed else (self, other)
         return all(got.attrs.get(k, _MISSING) == v for k, v in want.attrs.items())
 
     def __hash__(self) -> int:
-        return hash(self.name)
+        if self._hash is None:
+            state = () if self.fields is None else tuple(_state_hash(self.attrs.get(f, _MISSING)) for f in self.fields)
+            self._hash = hash((self.name, state))
+        return self._hash
+
+
+#: comparisons of objects whose class has no ``__eq__`` of its own, per observation
+EQ_BUDGET = 200_000
+_spent = threading.local()
+
+
+class _TooCostly(ValueError):
+    """An observation that costs more comparisons than :data:`EQ_BUDGET` to decide."""
+
+
+def _spend() -> None:
+    _spent.count = getattr(_spent, "count", 0) + 1
+    if _spent.count > EQ_BUDGET:
+        raise _TooCostly(f"deciding this observation took over {EQ_BUDGET} object comparisons")
+
+
+def _state_hash(value: Any) -> int:
+    """A hash that values ``==`` finds equal share: containers by their members' (a set by its
+    members, a list and a tuple apart, as ``==`` keeps them), numbers as Python hashes them."""
+    if isinstance(value, set | frozenset):
+        return hash(frozenset(value))
+    if isinstance(value, list | tuple):
+        return hash((type(value) is list, *(_state_hash(v) for v in value)))
+    if isinstance(value, dict):
+        return hash(frozenset((k, _state_hash(v)) for k, v in value.items()))
+    try:
+        return hash(value)
+    except TypeError:
+        return 0
 
 
 _MISSING = _Exact(["missing"])

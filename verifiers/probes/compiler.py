@@ -20,8 +20,9 @@ in the trusted process with the observations of the gold sources (:mod:`.compare
   ``all``/``any`` and chained comparisons are observed operand by operand (:mod:`.assertions`,
   which holds these rules). Messages are dropped. A constant the test used only as an expected
   value and still in a probe is a leak (``Probe.leaks``): recording the gold refuses it.
-* ``with pytest.raises(E, match=M) as info:`` becomes ``with raises(site, message=True) as info:``:
-  the names of the exception's classes (and, where the test had ``match=``, its text) are observed.
+* ``with pytest.raises(E, match=M) as info:`` becomes ``with raises(site, message=True) as info:``,
+  then ``raised(site, message(info.value))``: the names of the exception's classes (and, where the
+  test had ``match=``, its text, made in the probe's frame) are observed.
   ``E`` and ``M`` stay on the trusted side (``Probe.raising``): evaluated on the gold when it is
   recorded, they decide as pytest does (a subclass of ``E``, ``re.search(M, text)``; ``compare.py``).
 * ``@pytest.mark.parametrize`` becomes ``@cases`` with the parameters the probe still uses; the
@@ -56,6 +57,8 @@ from .segments import (
 )
 
 RUNTIME_NAMES = ("cases", "fixture", "observe", "raises")
+#: what a ``match=`` site adds after its block, under names no test uses (``message`` is a common one)
+TEXT_NAMES = {"raised": "_envhub_raised", "message": "_envhub_message"}
 PURE_BUILTINS = frozenset({
     "abs", "bool", "bytes", "chr", "complex", "dict", "enumerate", "float", "frozenset", "int", "len", "list",
     "max", "min", "ord", "range", "reversed", "round", "set", "sorted", "str", "sum", "tuple", "zip",
@@ -145,7 +148,8 @@ def _module_source(body: list[ast.stmt], functions: list[str]) -> str:
                 and n.decorator_list}
     wanted = [n for n in body if isinstance(n, ast.FunctionDef) and n.name in functions]
     roots = [*wanted, *(fixtures[a.arg] for n in wanted for a in n.args.args if a.arg in fixtures)]
-    header = safe_ast.parse(f"from envhub_probe import {', '.join(RUNTIME_NAMES)}").body
+    imports = [*RUNTIME_NAMES, *(f"{name} as {alias}" for name, alias in TEXT_NAMES.items())]
+    header = safe_ast.parse(f"from envhub_probe import {', '.join(imports)}").body
     tree = ast.Module(body=header + prune_module(body, roots), type_ignores=[])
     ast.fix_missing_locations(tree)
     return ast.unparse(tree) + "\n"
@@ -329,16 +333,21 @@ class _Module(AssertionCompiler):
             if isinstance(stmt, ast.Assert):
                 out.extend(self._assert(stmt.test, plain))
                 continue
+            after: list[ast.stmt] = []
             if isinstance(stmt, ast.With):
-                stmt.items = [self._with_item(item) for item in stmt.items]
+                stmt.items = [self._with_item(item, after) for item in stmt.items]
             for attr in ("body", "orelse", "finalbody"):
                 inner = getattr(stmt, attr, None)
                 if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
                     setattr(stmt, attr, self._statements(inner, plain) or [ast.Pass()])
             out.append(stmt)
+            out.extend(after)
         return out
 
-    def _with_item(self, item: ast.withitem) -> ast.withitem:
+    def _with_item(self, item: ast.withitem, after: list[ast.stmt]) -> ast.withitem:
+        """A ``pytest.raises`` item becomes ``raises(site, message=...)``; where the test had
+        ``match=``, ``raised(site, message(info.value))`` (under :data:`TEXT_NAMES`) is added to ``after`` (the statements that
+        follow the block): the exception's text is made in the probe's frame, not the runtime's."""
         call = item.context_expr
         if isinstance(call, ast.Call) and ast.unparse(call.func) == "pytest.raises":
             keywords = {k.arg: k.value for k in call.keywords}
@@ -353,6 +362,14 @@ class _Module(AssertionCompiler):
                                         "match": None if match is None else ast.unparse(match)}
             item.context_expr = ast.Call(ast.Name("raises", ast.Load()), [site],
                                          [ast.keyword("message", ast.Constant(match is not None))])
+            if match is not None:
+                if item.optional_vars is None:
+                    item.optional_vars = ast.Name(f"_envhub_info_{site.value}", ast.Store())
+                if not isinstance(item.optional_vars, ast.Name):
+                    raise ProbeCompileError(f"{self.path}:{call.lineno}: pytest.raises(...) as a plain name only")
+                text = ast.Call(ast.Name(TEXT_NAMES["message"], ast.Load()),
+                                [ast.Attribute(ast.Name(item.optional_vars.id, ast.Load()), "value", ast.Load())], [])
+                after.append(ast.Expr(ast.Call(ast.Name(TEXT_NAMES["raised"], ast.Load()), [site, text], [])))
         return item
 
 

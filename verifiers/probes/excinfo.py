@@ -32,7 +32,7 @@ _TYPE_DICT = type.__dict__["__dict__"]
 _TYPE_MODULE = type.__dict__["__module__"]
 _TYPE_QUALNAME = type.__dict__["__qualname__"]
 _MODULE_DICT = _types.ModuleType.__dict__["__dict__"]
-_PROXY_GET = _types.MappingProxyType.get
+_DICT_OF_PROXY = _types.MappingProxyType.copy  # a class's mappingproxy -> a plain dict of it
 #: the interpreter's module table (binding another object to ``sys.modules`` does not replace it)
 _MODULES = _sys.modules
 
@@ -55,18 +55,29 @@ def qualname(cls: type) -> str:
     return f"{'?' if module is None else module}.{_own_qualname(cls)}"
 
 
+def _lookup(namespace: Any, name: str) -> Any:
+    """``namespace[name]`` for a dict, found by walking its items: only exact-``str`` keys are
+    compared, so no key's own ``__eq__`` runs (a dict lookup would call a ``str`` subclass's)."""
+    if not issubclass(type(namespace), dict):
+        return None
+    for key, value in dict.items(namespace):
+        if type(key) is str and key == name:
+            return value
+    return None
+
+
 def _found(cls: type, module: str | None) -> bool:
     """Whether ``cls`` is what its own name leads to now: the module, then each part of its
-    ``__qualname__`` in module and class dicts (exact-str keys; no attribute is looked up)."""
+    ``__qualname__`` in module and class dicts. Nothing submitted runs: no attribute is looked up
+    and no key is hashed or compared but as an exact ``str``."""
     if module is None:
         return False
-    found: Any = dict.get(_MODULES, module)
+    found: Any = _lookup(_MODULES, module)
     for part in str.split(_own_qualname(cls), "."):
         if issubclass(type(found), _types.ModuleType):
-            namespace = _MODULE_DICT.__get__(found)
-            found = dict.get(namespace, part) if issubclass(type(namespace), dict) else None
+            found = _lookup(_MODULE_DICT.__get__(found), part)
         elif issubclass(type(found), type):
-            found = _PROXY_GET(_TYPE_DICT.__get__(found), part)
+            found = _lookup(_DICT_OF_PROXY(_TYPE_DICT.__get__(found)), part)
         else:
             return False
     return found is cls

@@ -31,8 +31,10 @@ from .compiler import Probe, compile_tests
 PROBE_DIR = ".envhub_probe"
 RUNTIME_MODULE = "envhub_probe"
 RUNNER_FILE = "envhub_probe_runner.py"
-#: the runtime's helper (``excinfo.py``), which the runtime loads from beside itself
-EXCINFO_FILE = "envhub_probe_excinfo.py"
+#: what runs in the grading sandbox: its file name there -> this package's module
+SHIPPED = {f"{RUNTIME_MODULE}.py": "runtime.py", "envhub_probe_excinfo.py": "excinfo.py",
+           "envhub_probe_batch.py": "batch.py", "envhub_probe_seal.py": "seal.py",
+           "envhub_probe_reaper.py": "reaper.py", RUNNER_FILE: "runner.py"}
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The runner's interpreter flags: no user site, no script dir on sys.path (the plan decides the
 #: path); not ``-I``, which would also ignore the fixed PYTHONHASHSEED that makes set and dict
@@ -75,18 +77,9 @@ DEADLINES = Deadlines()
 
 
 @lru_cache(maxsize=1)
-def runtime_source() -> str:
-    return (PACKAGE_DIR / "runtime.py").read_text(encoding="utf-8")
-
-
-@lru_cache(maxsize=1)
-def excinfo_source() -> str:
-    return (PACKAGE_DIR / "excinfo.py").read_text(encoding="utf-8")
-
-
-@lru_cache(maxsize=1)
-def runner_source() -> str:
-    return (PACKAGE_DIR / "runner.py").read_text(encoding="utf-8")
+def shipped_sources() -> dict[str, str]:
+    """The runner and the runtime it loads, by their file names in the grading sandbox."""
+    return {name: (PACKAGE_DIR / module).read_text(encoding="utf-8") for name, module in SHIPPED.items()}
 
 
 @dataclass(frozen=True)
@@ -145,14 +138,15 @@ class ProbeSuite:
         return cls(probes, layout, expected or {}, {p: sorted(f) for p, f in whole.items() if f}, batches or {})
 
     def fingerprint(self) -> str:
-        """What the expected observations were recorded against: probes, batches, runtime (with its helper)
-        and runner."""
+        """What the expected observations were recorded against: probes, batches, the runner and the
+        runtime it loads."""
         h = hashlib.sha256()
         for path, probe in sorted(self.probes.items()):
             for function, source in sorted(probe.modules.items()):
                 h.update(f"{path}::{function}".encode() + b"\0" + source.encode() + b"\0")
         h.update(json.dumps(self.batches, sort_keys=True).encode() + b"\0")
-        h.update(runtime_source().encode() + b"\0" + excinfo_source().encode() + b"\0" + runner_source().encode())
+        for name, source in sorted(shipped_sources().items()):
+            h.update(name.encode() + b"\0" + source.encode() + b"\0")
         return h.hexdigest()
 
 
@@ -232,9 +226,7 @@ def probe_files(suite: ProbeSuite, run_plan: dict[str, Any]) -> dict[str, str]:
             where, source = suite.batch_module(path, batch)
             if f"{PROBE_DIR}/{where}" in wanted:
                 files[f"{PROBE_DIR}/{where}"] = source
-    files[f"{PROBE_DIR}/{RUNTIME_MODULE}.py"] = runtime_source()
-    files[f"{PROBE_DIR}/{EXCINFO_FILE}"] = excinfo_source()
-    files[f"{PROBE_DIR}/{RUNNER_FILE}"] = runner_source()
+    files.update({f"{PROBE_DIR}/{name}": source for name, source in shipped_sources().items()})
     files[f"{PROBE_DIR}/plan.json"] = json.dumps(run_plan)
     return files
 

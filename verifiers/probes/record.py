@@ -10,7 +10,7 @@ For a project (``src/`` plus a pytest ``tests/`` suite) this
    and hash seed as grading, twice: both runs must agree (an observation that depends on time or
    memory addresses would fail correct fixes) and every test must end ``ok``;
 3. returns the layout and the expectations -- the observations, where a ``pytest.raises`` site keeps
-   the test's own predicate ``["raises", classes, pattern, flags]`` instead of what the gold raised
+   the test's own predicate ``["raises", classes, pattern, flags, chains]`` instead of what the gold raised
    (which must satisfy it) -- to be stored where no sandbox can read them;
 4. times the gold's batches (``ProbeSuite.gold_s``), which grading's deadlines are made from.
 """
@@ -43,7 +43,7 @@ from .grader import (
 )
 
 _COLLECTOR = r'''
-import json, re, sys
+import json, os, re, sys
 import pytest
 from envhub.verifiers.probes.excinfo import qualname
 from envhub.verifiers.probes.runtime import encode
@@ -74,8 +74,19 @@ def raising(item, path):
             pattern = [pattern, 0]
         else:
             raise TypeError(f"{item.nodeid}: match={match} is not a str pattern")
-        out[str(site)] = ["raises", sorted({qualname(c) for c in value}), *pattern]
+        out[str(site)] = ["raises", sorted({qualname(c) for c in value}), *pattern, chains(value)]
     return out
+
+def chains(expected):
+    """The MRO by qualified name of every exception class the project defines and of every class in
+    an expected class's MRO: the classes the trusted side knows (builtins' it has of its own)."""
+    root = os.path.abspath("src") + os.sep
+    classes = set(expected)
+    for module in list(sys.modules.values()):
+        if os.path.abspath(getattr(module, "__file__", None) or "/").startswith(root):
+            classes |= {v for v in vars(module).values() if isinstance(v, type) and issubclass(v, BaseException)}
+    known = {k for c in classes for k in c.__mro__ if k.__module__ != "builtins"}
+    return {qualname(k): [qualname(m) for m in k.__mro__] for k in sorted(known, key=qualname)}
 
 class _Dump:
     def __init__(self):
@@ -101,7 +112,7 @@ class RecordError(RuntimeError):
 
 def collect_layout(project_root: Path, probes: dict[str, Probe]) -> tuple[dict[str, ProbeTest], dict[str, dict]]:
     """Every test id of the project's suite, where it lives in the probes, and what each of its
-    ``pytest.raises`` expects (test id -> site -> ``["raises", classes, pattern, flags]``)."""
+    ``pytest.raises`` expects (test id -> site -> ``["raises", classes, pattern, flags, chains]``)."""
     env = {**os.environ, "PYTHONPATH": str(project_root.resolve() / "src"), "PYTHONDONTWRITEBYTECODE": "1",
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     wanted: dict[str, dict[str, list]] = {}

@@ -6,10 +6,10 @@ it as ``envhub_probe.py``) and run as ``python3 -s -P <it> PLAN`` (or as source 
 decides no verdict: one compact JSON line per test, then ``{"done": true}`` (docs/code-repair.md).
 
 Before anything submitted runs, every probe module is read into a buffer and deleted from the
-disk. A batch: the parent (child subreaper; not dumpable, so no same-uid process can ptrace it or
+disk, and a sealed private copy of the runtime is made (``seal.py``). A batch: the parent (child subreaper; not dumpable, so no same-uid process can ptrace it or
 open ``/proc/<it>/fd``) forks a child with a fresh pipe: ``setsid``, PDEATHSIG, stdio on /dev/null,
-no other descriptor, RLIMIT_CPU, every other batch's buffer blanked, ``sys.path = [probe_dir,
-*paths, *stdlib path]``, then the runtime's ``run_batch``. The parent reads the pipe while the
+no other descriptor, RLIMIT_CPU, every other batch's buffer blanked, the probe's code sealed,
+``sys.path = [probe_dir, *paths, *stdlib path]``, the audit hook, then the sealed ``run_batch``. The parent reads the pipe while the
 child runs (poll, deadline, byte cap), then SIGKILLs the child's group and every remaining
 descendant (orphans come back to the subreaper) until none is left, reaping all; only then it
 drains the pipe and parses the frames. Each kill goes through a pidfd after re-checking the
@@ -103,7 +103,12 @@ class Runner:
         for name in plan["preload"]:
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
-        self.runtime = self._load_runtime()
+        self.reaper = self._load("envhub_probe_reaper")
+        self.runtime = self._load(RUNTIME_MODULE)  # the public one, which probe modules import
+        self.batch = self._load("envhub_probe_batch")
+        self.seal = self._load("envhub_probe_seal")
+        # what the probes really call; a batch child drops it once its probe is sealed
+        self.sealed: Any = self.seal.private_runtime(plan["probe_dir"], self.runtime._current)
         # Every probe module is read into memory and taken off the disk before any submitted code
         # runs: a batch can neither rewrite a later one nor read another test's rows (one test's
         # inputs may be another's expected values). Each child blanks every buffer but its own.
@@ -116,12 +121,11 @@ class Runner:
             return self.libc.prctl(option, value, 0, 0, 0) == 0
         return False
 
-    def _load_runtime(self) -> types.ModuleType:
-        path = os.path.join(self.plan["probe_dir"], RUNTIME_MODULE + ".py")
+    def _load(self, name: str) -> types.ModuleType:
+        path = os.path.join(self.plan["probe_dir"], name + ".py")
         if not os.path.isfile(path):
-            raise PlanError(f"no probe runtime at {path}")
-        module = sys.modules[RUNTIME_MODULE] = importlib.util.module_from_spec(
-            importlib.util.spec_from_file_location(RUNTIME_MODULE, path))
+            raise PlanError(f"no {name} at {path}")
+        module = sys.modules[name] = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path))
         module.__spec__.loader.exec_module(module)
         return module
 
@@ -190,7 +194,7 @@ class Runner:
 
     def _collect(self, pid: int, fd: int, deadline: float) -> tuple[bytearray, str]:
         """Read frames until ``timeout``, ``flood``, the child's ``exit`` or the pipe's ``eof``."""
-        data, cap, exit_fd = bytearray(), self.plan["max_bytes"], _pidfd(pid)
+        data, cap, exit_fd = bytearray(), self.plan["max_bytes"], self.reaper.pidfd(pid)
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         if exit_fd is not None:
@@ -248,14 +252,14 @@ class Runner:
                 status, leader_alive = reaped[pid], False
             if none_left:
                 return status, True
-            live = [p for p in descendants(self.pid) if p not in self.stuck]
+            live = [p for p in self.reaper.descendants(self.pid) if p not in self.stuck]
             # children are left but none live: zombies (reaped next round) or stuck ones. Two empty scans
             # in a row: one may miss a process whose parent was reaped mid-scan; the next sees it as ours
             quiet = quiet + 1 if not live and not leader_alive else 0
             if quiet == 2:
                 return status, True
             for victim in live:
-                _kill_descendant(victim, self.pid)
+                self.reaper.kill_descendant(victim, self.pid)
             if time.monotonic() > end:
                 self.stuck.update(live)
                 return status, False
@@ -307,10 +311,11 @@ def _take(path: str) -> bytearray:
     return buffer
 
 
-def _compile(source: bytearray, path: str) -> Any:
-    """The code object of a probe module, or the exception compiling it raised."""
+def _compile(source: bytearray, path: str, runner: Runner) -> Any:
+    """The sealed code object of a probe module, or the exception compiling or sealing it raised."""
     try:
-        return compile(bytes(source), path, "exec", dont_inherit=True)
+        code = compile(bytes(source), path, "exec", dont_inherit=True)
+        return runner.seal.seal(code, {name: getattr(runner.sealed, attr) for name, attr in runner.seal.SEALED_NAMES.items()})
     except Exception as exc:
         return exc
 
@@ -318,63 +323,6 @@ def _compile(source: bytearray, path: str) -> Any:
 def _cpu() -> float:
     return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                for f in ("ru_utime", "ru_stime"))
-
-
-def _pidfd(pid: int) -> int | None:
-    with contextlib.suppress(AttributeError, OSError):
-        return os.pidfd_open(pid)
-    return None
-
-
-def _ppid(pid: int) -> tuple[int, bool]:
-    """(parent pid, is a zombie) from /proc/<pid>/stat; (0, True) once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        return int(fields[1]), fields[0] == b"Z"
-    except (OSError, IndexError, ValueError):
-        return 0, True
-
-
-def descendants(root: int) -> list[int]:
-    """Live (non-zombie) processes whose ppid chain leads to ``root``, from /proc; none where it is
-    closed (landlock: the group kill, then the sandbox's ``contain``, catch what is left)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for pid in (int(e) for e in entries if e.isdigit()):
-        parent, zombie = _ppid(pid)
-        if not zombie:
-            children.setdefault(parent, []).append(pid)
-    out, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def _descends_from(pid: int, root: int) -> bool:
-    for _ in range(4096):
-        pid = _ppid(pid)[0]
-        if pid <= 0 or pid == root:
-            return pid == root
-    return False
-
-
-def _kill_descendant(pid: int, root: int) -> None:
-    """SIGKILL ``pid`` if it still descends from ``root``: checked on a pidfd, so no pid reuse can
-    redirect the signal to an unrelated process (without pidfds a tiny race remains)."""
-    handle = _pidfd(pid)
-    try:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if _descends_from(pid, root):
-                signal.pidfd_send_signal(handle, signal.SIGKILL) if handle is not None else os.kill(pid, signal.SIGKILL)
-    finally:
-        if handle is not None:
-            os.close(handle)
 
 
 def _not_json(name: str) -> Any:
@@ -475,11 +423,20 @@ def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pra
             resource.setrlimit(resource.RLIMIT_CPU, (soft, soft if hard != resource.RLIM_INFINITY else soft + 1))
         for source in (src for module, src in runner.sources.items() if module != batch["module"]):
             source[:] = bytes(len(source))  # other tests' probes leave this process's memory
-        code = _compile(runner.sources[batch["module"]], batch["module"])
+        source = runner.sources[batch["module"]]
+        code, signatures = [_compile(source, batch["module"], runner)], runner.batch.signatures(source)
+        source[:] = bytes(len(source))  # its text shows where a raises block is, as its code does
         sys.path[:] = [runner.plan["probe_dir"], *runner.plan["paths"], *runner.base_path]
-        runner.runtime.bind(write_fd)
+        for runtime in (runner.sealed, runner.runtime):  # the public copy writes there too: frames are
+            runtime.bind(write_fd)  # anyone's to write, observations only the sealed copy's to make
         sys.dont_write_bytecode = False  # the submission's modules compile once, in the first batch
-        runner.runtime.run_batch(batch["module"], batch["tests"], code)
+        runner.sealed = runtime = None  # from here on only the probe's constants lead to the sealed copy
+        try:
+            runner.seal.refuse_signal_handlers(runner.libc)
+        except Exception as exc:  # no sealing, no run: every test of the batch says why
+            code = [exc]
+        runner.seal.guard([] if isinstance(code[0], BaseException) else runner.seal.code_tree(code[0]))
+        runner.batch.run_batch(batch["module"], batch["tests"], code, signatures)
     finally:
         os._exit(0)
 

@@ -3,11 +3,12 @@
 Standard library only; nothing here holds an expected value. A probe *observes* values; the
 observations leave the process as frames over a pipe that the runner (``runner.py``) reads.
 Probe API (docs/code-repair.md): ``observe(value, site)``, ``with raises(site,
-message=False) as info``, ``@cases("a, b", rows)``, ``@fixture``, ``encode``, ``NotRaised``.
+message=False) as info`` (then, where ``message``, ``raised(site, message(info.value))``),
+``@cases("a, b", rows)``, ``@fixture``, ``encode``.
 Runner API (never used by probes): ``bind(fd)`` -- where frames go; ``begin(index)`` -- the test
-frames belong to; ``send(frame)`` -- one frame, 4-byte big-endian length + compact ASCII JSON;
-``run_batch(path, tests)`` -- import a probe module and run plan tests, each ended by a frame
-``[i, "end"]`` or ``[i, "raised", qualname, detail]``.
+frames belong to; ``send(frame)`` -- one frame, 4-byte big-endian length + compact ASCII JSON
+(``batch.py`` runs the tests). In the grading sandbox the runner runs a sealed private copy of this
+module (``seal.py``); probes reach its ``observe`` and ``raises`` only as constants of their code.
 
 Encoding decisions beyond the contract's table:
 
@@ -32,28 +33,30 @@ Encoding decisions beyond the contract's table:
 
 from __future__ import annotations
 
-import contextlib as _contextlib
 import datetime as _dt
 import decimal as _decimal
 import enum as _enum
 import fractions as _fractions
 import functools as _functools
 import importlib.util as _importlib_util
-import json as _json
+import json.encoder as _json_encoder
 import os as _os
 import struct as _struct
 import sys as _sys
 import types as _types
 from typing import Any
 
-__all__ = ["NotRaised", "ProbeError", "cases", "encode", "fixture", "observe", "qualname", "raises"]
+__all__ = ["ProbeError", "cases", "encode", "fixture", "message", "observe", "qualname", "raised", "raises"]
 
 MAX_DEPTH = 12
 MAX_NODES = 20_000
 _HEADER = _struct.Struct(">I")
 
 _channel: int | None = None
-_test: int | None = None
+if "_current" not in globals():  # the sealed copy is handed the public copy's list: one test index
+    _current: list[int | None] = [None]
+#: site -> the names of what its block raised, until ``raised`` sends them with the text
+_pending: dict[int, list[str]] = {}
 
 _TYPE_MRO = type.__dict__["__mro__"]
 _TYPE_DICT = type.__dict__["__dict__"]
@@ -83,10 +86,6 @@ _OPAQUE = (_types.ModuleType, _types.FunctionType, _types.BuiltinFunctionType, _
            _types.CellType, _functools.partial, property, staticmethod, classmethod)
 
 
-class NotRaised(BaseException):
-    """``raises`` saw no exception: ends the test (status "raised"). Not an ``Exception``."""
-
-
 class ProbeError(Exception):
     """A test cannot be set up from the plan and its probe module (a compiler or plan bug)."""
 
@@ -97,7 +96,8 @@ class _TooBig(Exception):
 
 if __package__:  # on the host, as envhub.verifiers.probes.runtime
     from . import excinfo as _excinfo
-else:  # envhub_probe in the sandbox: its helper lies beside it, loaded with it before anything submitted runs
+elif "_excinfo" not in globals():  # envhub_probe in the sandbox: its helper lies beside it (the sealed copy
+    # of the runtime is handed its own)
     _path = _os.path.join(_os.path.dirname(__file__), "envhub_probe_excinfo.py")
     _spec = _importlib_util.spec_from_file_location("envhub_probe_excinfo", _path)
     _excinfo = _importlib_util.module_from_spec(_spec)
@@ -106,8 +106,29 @@ else:  # envhub_probe in the sandbox: its helper lies beside it, loaded with it 
 qualname = _excinfo.qualname
 
 
-def _dumps(obj: Any) -> str:
-    return _json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+#: JSON's own string quoting (its C function where there is one), taken when the runtime is loaded
+_quote = getattr(_json_encoder, "c_encode_basestring_ascii", None) or _json_encoder.py_encode_basestring_ascii
+
+
+def dumps(obj: Any) -> str:
+    """Compact ASCII JSON, as ``json.dumps(obj, ensure_ascii=True, separators=(",", ":"),
+    allow_nan=False)`` writes it, for the types frames hold; no module attribute is looked up."""
+    cls = type(obj)
+    if cls is str:
+        return _quote(obj)
+    if obj is None or cls is bool:
+        return "null" if obj is None else "true" if obj else "false"
+    if cls is int:
+        return _int_text(obj)
+    if cls is float:
+        if obj != obj or obj in (float("inf"), float("-inf")):
+            raise ValueError("out of range float values are not JSON compliant")
+        return float.__repr__(obj)
+    if cls is list or cls is tuple:
+        return "[" + ",".join([dumps(v) for v in obj]) + "]"
+    if cls is dict:
+        return "{" + ",".join([_quote(k) + ":" + dumps(v) for k, v in dict.items(obj)]) + "}"
+    raise TypeError(f"cannot write a {cls.__name__} in a frame")
 
 
 def _int_text(x: int) -> str:
@@ -146,12 +167,12 @@ class _Encoder:
 
     def dict(self, x: dict, depth: int) -> list:
         items = [[self.enc(k, depth), self.enc(v, depth)] for k, v in dict.items(x)]
-        items.sort(key=lambda kv: (_dumps(kv[0]), _dumps(kv[1])))
+        items.sort(key=lambda kv: (dumps(kv[0]), dumps(kv[1])))
         return ["dict", items]
 
     def set(self, x: Any, depth: int, base: type | None = None) -> list:
         base = base or type(x)
-        return [base.__name__, sorted((self.enc(v, depth) for v in base.__iter__(x)), key=_dumps)]
+        return [base.__name__, sorted((self.enc(v, depth) for v in base.__iter__(x)), key=dumps)]
 
     def dated(self, x: Any, depth: int) -> list:
         cls = type(x)
@@ -180,20 +201,22 @@ class _Encoder:
             return ["class", qualname(x)]
         if issubclass(cls, _OPAQUE):
             return ["opaque", qualname(cls)]
-        attrs = [[k if type(k) is str else "?" + _dumps(self.enc(k, depth)), self.enc(v, depth)]
+        attrs = [[k if type(k) is str else "?" + dumps(self.enc(k, depth)), self.enc(v, depth)]
                  for k, v in _instance_items(x, cls)]
         base = None
         for klass in _mro(cls):
             base = base or _BASES.get(id(klass))
             for name, attr in _TYPE_DICT.__get__(klass).items():  # slots: member descriptors of the class
                 if type(name) is str and type(attr) is _MEMBER and attr.__objclass__ is klass:
-                    with _contextlib.suppress(AttributeError):  # a slot never set
+                    try:  # noqa: SIM105 - contextlib's classes are the submission's to patch
                         attrs.append([name, self.enc(attr.__get__(x, cls), depth)])
+                    except AttributeError:  # a slot never set
+                        pass
         if base is not None:
             attrs.append([f"({base.__name__})", self.base_value(x, base, depth)])
         if not attrs and _dict_descr(cls) is None:
             return ["opaque", qualname(cls)]
-        attrs.sort(key=lambda kv: (kv[0], _dumps(kv[1])))
+        attrs.sort(key=lambda kv: (kv[0], dumps(kv[1])))
         return ["object", qualname(cls), attrs]
 
 
@@ -270,15 +293,14 @@ def bind(fd: int | None) -> None:
 
 def begin(index: int | None) -> None:
     """Frames sent from now on belong to the test with this plan index."""
-    global _test
-    _test = index
+    _current[0] = index
 
 
 def send(frame: list) -> None:
     """Write one frame at once: 4-byte big-endian length, then compact ASCII JSON."""
     if _channel is None:
         raise RuntimeError("envhub_probe: no frame channel (probes run under the probe runner)")
-    body = _dumps(frame).encode("ascii")
+    body = dumps(frame).encode("ascii")
     data = memoryview(_HEADER.pack(len(body)) + body)
     while data:
         data = data[_os.write(_channel, data):]
@@ -288,36 +310,58 @@ def send(frame: list) -> None:
 
 def observe(value: Any, site: int) -> None:
     """Encode ``value`` and send it as the observation at ``site`` of the current test."""
-    send([_test, site, encode(value)])
+    send([_current[0], site, encode(value)])
 
 
 class raises:
     """``with raises(site, message=False) as info:`` -- observe which exception the block raised.
 
-    An ``Exception`` is observed as ``["raised", names, text]`` (``excinfo.py``: its MRO's names, and
-    with ``message`` the text ``match=`` searches), suppressed, kept in ``info.value``. No exception:
-    ``["not raised"]`` is observed, :class:`NotRaised` ends the test. Other ``BaseException``\\ s propagate.
+    An ``Exception`` is suppressed and kept in ``info.value`` (``info`` is a plain namespace: the test
+    never holds the context). Without ``message`` its observation ``["raised", names, None]`` is sent
+    at once (``excinfo.py``: its MRO's names); with it, the names wait for :func:`raised`, which the
+    probe calls after the block with the text ``match=`` searches -- made by :func:`message` in the
+    probe's own frame, since it runs the exception's ``__str__``: nothing submitted ever runs inside
+    this class, so no submitted frame ever has it below. No exception: ``["not raised"]``, and the
+    test goes on (its verdict is already lost). Other ``BaseException``\\ s propagate.
     """
 
-    def __init__(self, site: int, message: bool = False) -> None:
-        self.site = site
-        self.message = message
-        self.value: BaseException | None = None
-        self.type: type | None = None
+    __slots__ = ("info", "message", "site")
 
-    def __enter__(self) -> raises:
-        return self
+    def __init__(self, site: int, message: bool = False) -> None:
+        self.site, self.message = site, message
+        self.info = _types.SimpleNamespace(value=None, type=None)
+
+    def __enter__(self) -> _types.SimpleNamespace:
+        return self.info
 
     def __exit__(self, exc_type: type | None, exc: Any, tb: Any) -> bool:
+        _pending.pop(self.site, None)
         if exc_type is None:
-            send([_test, self.site, ["not raised"]])
-            raise NotRaised(f"no exception at site {self.site}")
+            send([_current[0], self.site, ["not raised"]])
+            return False
         if not issubclass(exc_type, Exception):
             return False
-        text = _excinfo.message(exc) if self.message else None  # its own __str__ may raise: then so does pytest
-        send([_test, self.site, ["raised", _excinfo.names(type(exc)), text]])
-        self.value, self.type = exc, type(exc)
+        names = _excinfo.names(exc_type)
+        if self.message:
+            _pending[self.site] = names
+        else:
+            send([_current[0], self.site, ["raised", names, None]])
+        self.info.value, self.info.type = exc, exc_type
         return True
+
+
+def raised(site: int, text: Any) -> None:
+    """Send what the ``raises(site, message=True)`` block just raised, with ``text`` (the probe's
+    :func:`message` of it); nothing if the block raised nothing (``raises`` already said so)."""
+    names = _pending.pop(site, None)
+    if names is not None:
+        send([_current[0], site, ["raised", names, text if type(text) is str else None]])
+
+
+def message(exc: BaseException | None) -> str | None:
+    """The text ``match=`` searches in ``exc`` (``excinfo.message``; None for no exception). Runs the
+    exception's own ``__str__``: the probe calls it in its own frame, never the sealed runtime."""
+    return None if exc is None else _excinfo.message(exc)
 
 
 def _argnames(argnames: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -348,151 +392,3 @@ def fixture(func: Any) -> Any:
     """
     func.__probe_fixture__ = True
     return func
-
-
-# ---- running a batch (the runner's child) ---------------------------------------------------------
-
-def run_batch(path: str, tests: list[dict[str, Any]], code: Any = None) -> None:
-    """Import the probe module at ``path`` -- from ``code`` when given (its code object, or the
-    exception compiling it raised) -- and run ``tests`` (plan entries) in order, each framed by
-    ``[i, "end"]`` or ``[i, "raised", qualname, detail]``. Needs :func:`bind` first."""
-    try:
-        if isinstance(code, BaseException):
-            raise code
-        name = _os.path.splitext(_os.path.basename(path))[0]
-        spec = _importlib_util.spec_from_file_location(name, path)
-        if spec is None:
-            raise ProbeError(f"cannot import {path}")
-        module = _sys.modules[name] = _importlib_util.module_from_spec(spec)
-        exec(code, module.__dict__) if code is not None else spec.loader.exec_module(module)
-    except BaseException as exc:
-        detail = "import failed: " + _describe(exc, path)
-        for test in tests:
-            send([test["index"], "raised", qualname(type(exc)), detail])
-        return
-    for test in tests:
-        begin(test["index"])
-        try:
-            _run_test(module, test)
-        except BaseException as exc:
-            frame = [test["index"], "raised", qualname(type(exc)), _describe(exc, path)]
-        else:
-            frame = [test["index"], "end"]
-        begin(None)
-        send(frame)
-
-
-def _describe(exc: BaseException, path: str) -> str:
-    """A short message for ``exc`` without calling any of its methods, plus the probe line."""
-    args = _EXC_ARGS.__get__(exc)
-    text = ", ".join(a if type(a) is str else _dumps(encode(a)) for a in args[:3])[:300]
-    tb, line = BaseException.__dict__["__traceback__"].__get__(exc), None
-    while type(tb) is _types.TracebackType:
-        if tb.tb_frame.f_code.co_filename == path:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return f"{text} (probe line {line})" if line is not None else text
-
-
-def _parameters(func: Any) -> list[tuple[str, bool]]:
-    """(name, has a default) of every parameter a test or fixture takes (``self`` excluded)."""
-    method = type(func) is _types.MethodType
-    target = func.__func__ if method else func
-    code = target.__code__
-    positional = list(code.co_varnames[:code.co_argcount])
-    keyword = list(code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
-    with_default = set(positional[len(positional) - len(target.__defaults__ or ()):])
-    with_default |= set(target.__kwdefaults__ or {})
-    return [(name, name in with_default) for name in positional[1 if method else 0:] + keyword]
-
-
-def _resolve(module: Any, dotted: str) -> Any:
-    """``function`` or ``Class.method`` (the class instantiated without arguments)."""
-    head, *rest = dotted.split(".")
-    obj = getattr(module, head)
-    if rest and isinstance(obj, type):
-        obj = obj()
-    for part in rest:
-        obj = getattr(obj, part)
-    return obj
-
-
-def _bind_cases(func: Any, indices: dict[str, int]) -> dict[str, Any]:
-    bound: dict[str, Any] = {}
-    for names, rows in getattr(func, "__probe_cases__", []):
-        rows_at = {indices.get(name) for name in names}
-        if len(rows_at) != 1 or None in rows_at:
-            raise ProbeError(f"the plan's indices do not pick one row of the cases table {names}")
-        row = rows[rows_at.pop()]
-        values = (row,) if len(names) == 1 else tuple(row)
-        if len(values) != len(names):
-            raise ProbeError(f"a row of the cases table {names} has {len(values)} values")
-        bound.update(zip(names, values, strict=True))
-    unbound = set(indices) - set(bound)
-    if unbound:
-        raise ProbeError(f"the plan binds {sorted(unbound)}, which no cases table has")
-    return bound
-
-
-class _Fixtures:
-    """Function-scoped fixtures of one test: one value per name, torn down in reverse order."""
-
-    def __init__(self, module: Any) -> None:
-        self.module = module
-        self.values: dict[str, Any] = {}
-        self.active: set[str] = set()
-        self.teardowns: list[Any] = []
-
-    def get(self, name: str) -> Any:
-        if name in self.values:
-            return self.values[name]
-        func = getattr(self.module, name, None)
-        if func is None or getattr(func, "__probe_fixture__", False) is not True:
-            raise ProbeError(f"no fixture named {name!r}")
-        if name in self.active:
-            raise ProbeError(f"fixture {name!r} depends on itself")
-        self.active.add(name)
-        value = func(**{p: self.get(p) for p, has_default in _parameters(func) if not has_default})
-        if type(value) is _types.GeneratorType:
-            self.teardowns.append(value)
-            value = next(value)
-        self.active.discard(name)
-        self.values[name] = value
-        return value
-
-    def teardown(self) -> None:
-        """Finish every generator fixture; raise the first error after all of them ran."""
-        error = None
-        for gen in reversed(self.teardowns):
-            try:
-                next(gen)
-                error = error or ProbeError("a fixture yielded more than once")
-            except StopIteration:
-                pass
-            except BaseException as exc:
-                error = error or exc
-        self.teardowns.clear()
-        if error is not None:
-            raise error
-
-
-def _run_test(module: Any, test: dict[str, Any]) -> None:
-    func = _resolve(module, test["function"])
-    bound = _bind_cases(func, test["indices"])
-    fixtures = _Fixtures(module)
-    try:
-        kwargs = {}
-        for name, has_default in _parameters(func):
-            if name in bound:
-                kwargs[name] = bound[name]
-            elif not has_default:
-                kwargs[name] = fixtures.get(name)
-        result = func(**kwargs)
-        if type(result) in (_types.CoroutineType, _types.GeneratorType):
-            result.close()
-            raise ProbeError("generator and async tests are not supported")
-    except BaseException:
-        with _contextlib.suppress(BaseException):
-            fixtures.teardown()
-        raise
-    fixtures.teardown()

@@ -22,9 +22,10 @@ from envhub.verifiers.suite import NotApplicable, run_suite, suite_cases
 
 ENV = "envhub/CodeRepair-v0"
 CASES = [name for cases in GRADER_ATTACKS.values() for name, _, _ in cases]
-#: With a real fix, these cheat in a way that cannot change an observation (a process left behind):
-#: only the static gate rejects them, and the grader alone rightly accepts the fix.
-HARMLESS_TO_THE_GRADER = {"report_daemon_spawn_with_fix"}
+#: With a real fix, these cheat in a way that cannot change an observation (a process left behind;
+#: names rebound in the public runtime, which the sealed probes never call): only the static gate
+#: rejects them, and the grader alone rightly accepts the fix.
+HARMLESS_TO_THE_GRADER = {"report_daemon_spawn_with_fix", "rebind_grader_with_fix"}
 #: The classes issue 10 names, and what a case of each must be called.
 ISSUE_CLASSES = {
     "rebind late-read names", "rewrite the report later", "replace outcome-deciding internals",
