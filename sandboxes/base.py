@@ -45,6 +45,12 @@ class Limits:
     disk_mb: int = 64
     network: bool = False
 
+    @property
+    def shm_mb(self) -> int:
+        """The size of a sandbox's own ``/dev/shm`` (docker, bwrap): ``disk_mb``, never more than
+        ``memory_mb`` -- its pages count against the memory limit (the sandbox's memory cgroup)."""
+        return min(self.disk_mb, self.memory_mb)
+
 
 @dataclass(frozen=True)
 class ExecResult:

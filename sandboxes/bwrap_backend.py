@@ -132,6 +132,7 @@ def bwrap_args(spec: SandboxSpec, data_fds: dict[str, int], workdir: str = "/wor
     a file by an empty one."""
     limits = spec.limits
     disk = str(limits.disk_mb * 1024 * 1024)
+    shm = str(limits.shm_mb * 1024 * 1024)
     args = [
         "--unshare-all",
         "--unshare-user",
@@ -168,7 +169,7 @@ def bwrap_args(spec: SandboxSpec, data_fds: dict[str, int], workdir: str = "/wor
         # POSIX message queues live in the IPC namespace whether mounted or not; mounted, reset
         # can see and remove them.
         "--mqueue", "/dev/mqueue",
-        "--size", disk, "--tmpfs", "/dev/shm",
+        "--size", shm, "--tmpfs", "/dev/shm",
         "--size", disk, "--tmpfs", "/tmp",
         "--size", disk, "--tmpfs", workdir,
         # bwrap's root and /dev are tmpfs the sandbox user owns: make them read-only last, so

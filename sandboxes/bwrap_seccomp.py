@@ -28,9 +28,11 @@ from envhub.sandboxes.seccomp_policy import (
     ARCHES,
     DENIED_SYSCALLS,
     ENOSYS_SYSCALLS,
-    LOCAL_SOCKET_FAMILIES,
+    HOST_IPC_SYSCALLS,
     NAMESPACE_FLAGS,
     PERSONALITY_FLAGS,
+    REFUSED_PAIR_TYPES,
+    SOCKET_TYPE_MASK,
 )
 
 log = logging.getLogger(__name__)
@@ -62,23 +64,24 @@ def _clone_flags_arg() -> int | None:
 
 
 @functools.cache
-def seccomp_program(network: bool = True) -> SeccompProgram:
+def seccomp_program(own_namespaces: bool = True) -> SeccompProgram:
     """The filter for bwrap sandboxes, compiled once per process (see the module docstring).
-    Without ``network`` it also refuses ``socket()`` of any family but the local ones (for
-    sandboxes that share the host's network namespace: the landlock backend's)."""
+    Without ``own_namespaces`` (a sandbox in the host's network and IPC namespaces: the landlock
+    backend's) it also refuses every ``socket()``, ``socketpair()`` of a datagram type and SysV
+    and POSIX-queue IPC (see :mod:`.seccomp_policy`)."""
     try:
         import pyseccomp as seccomp
     except (ImportError, RuntimeError, OSError) as exc:  # RuntimeError: libseccomp not found
         why = "pyseccomp is not installed" if isinstance(exc, ImportError) else f"libseccomp unusable: {exc}"
         return SeccompProgram(None, reason=why)
     try:
-        return _compile(seccomp, network)
+        return _compile(seccomp, own_namespaces)
     except (OSError, AttributeError, ValueError) as exc:
         log.warning("could not build the bwrap seccomp filter: %r", exc)
         return SeccompProgram(None, reason=f"libseccomp failed to build the filter: {exc}")
 
 
-def _compile(seccomp: Any, network: bool) -> SeccompProgram:
+def _compile(seccomp: Any, own_namespaces: bool) -> SeccompProgram:
     """Build and export the filter with ``seccomp``, the pyseccomp module."""
     deny = seccomp.ERRNO(errno.EPERM)
     flt = seccomp.SyscallFilter(seccomp.ALLOW)
@@ -97,10 +100,14 @@ def _compile(seccomp: Any, network: bool) -> SeccompProgram:
             flt.add_rule(deny, "clone", seccomp.Arg(arg, seccomp.MASKED_EQ, flag, flag))
     for flag in PERSONALITY_FLAGS:
         flt.add_rule(deny, "personality", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
-    if not network:
-        # one rule, several conditions that must all hold: no family in the allowed list
-        flt.add_rule(seccomp.ERRNO(errno.EACCES), "socket",
-                     *(seccomp.Arg(0, seccomp.NE, family) for family in LOCAL_SOCKET_FAMILIES))
+    if not own_namespaces:
+        flt.add_rule(seccomp.ERRNO(errno.EACCES), "socket")
+        for kind in REFUSED_PAIR_TYPES:
+            flt.add_rule(seccomp.ERRNO(errno.EACCES), "socketpair",
+                         seccomp.Arg(1, seccomp.MASKED_EQ, SOCKET_TYPE_MASK, kind))
+        for name in HOST_IPC_SYSCALLS:
+            if seccomp.resolve_syscall(seccomp.Arch.NATIVE, name) >= 0:
+                flt.add_rule(deny, name)
     fd = os.memfd_create("envhub-seccomp", os.MFD_CLOEXEC)
     with open(fd, "w+b") as fh:
         flt.export_bpf(fh)

@@ -13,8 +13,11 @@ profile: all it needs is ``no_new_privs``, Landlock ABI >= 6 (Linux 6.12) and ``
 - **Other processes** (Landlock): a confined process can neither ``ptrace`` nor read the memory,
   environment or file descriptors of a process outside its domain, nor send it a signal, nor
   connect to its abstract unix sockets, whatever their uids.
-- **Network** (Landlock ABI 4 and the seccomp filter): TCP ``bind`` and ``connect`` are refused,
-  and the seccomp filter the host compiled refuses ``socket()`` of any family but ``AF_UNIX``.
+- **Network and IPC** (Landlock ABI 4 and the seccomp filter): TCP ``bind`` and ``connect`` are
+  refused, and the seccomp filter the host compiled refuses ``socket()`` of every family (an
+  ``AF_UNIX`` socket could ``connect()`` to any pathname socket of the uid, which Landlock ABI 6
+  does not check), ``socketpair()`` of datagram types, and SysV and POSIX-queue IPC; ``/dev/shm``
+  is not in the rules (:data:`DENIED_TREES`).
 
 Loaded by the executor inside a sandbox (``resident.executor_argv`` injects its source), so:
 **stdlib only, Python >= 3.8, no imports from envhub**. The host imports it to probe the ABI.
@@ -54,8 +57,11 @@ SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", 
                 "/etc/python3", *(f"/etc/python3.{minor}" for minor in range(8, 16)))
 #: Read and write, but no directory of them: the device nodes programs open.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-#: Read and write trees besides the sandbox's own: POSIX semaphores and shared memory live here.
-SHARED_TREES = ("/dev/shm",)
+#: Never allowed, though programs look for them: the host's ``/dev/shm`` is one flat tmpfs that
+#: every sandbox of the server, the server and every process of the uid share, bounded only by
+#: its own size (half the RAM) and outliving every sandbox; ``shm_open`` and ``sem_open`` (glibc
+#: names them ``/dev/shm/<name>``, with no way to point them elsewhere) fail with EACCES.
+DENIED_TREES = ("/dev/shm",)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -183,8 +189,8 @@ class Confinement:
     def enter(self) -> None:
         """Confine this process: its own domain keeps ``/proc`` read-only; prepare the commands'."""
         cfg = self.config
-        system = carve([*SYSTEM_TREES, *cfg.get("read_only", [])], cfg.get("hide", []))
-        writable = [*cfg["read_write"], *SHARED_TREES]
+        system = carve([*SYSTEM_TREES, *cfg.get("read_only", [])], [*cfg.get("hide", []), *DENIED_TREES])
+        writable = list(cfg["read_write"])
         own = ruleset([*system, "/proc"], writable, DEVICES)
         self._child_ruleset = ruleset(system, writable, DEVICES)
         no_new_privs()

@@ -95,7 +95,7 @@ def container_config(spec: SandboxSpec, image: str, command: list[str]) -> tuple
             WORKDIR: f"rw,exec,nosuid,nodev,size={disk}m,uid=1000,gid=1000,mode=0755",
             "/tmp": f"rw,exec,nosuid,nodev,size={disk}m,mode=1777",
         },
-        "shm_size": f"{disk}m",
+        "shm_size": f"{limits.shm_mb}m",  # its own tmpfs (ipc_mode private), charged to the memory cgroup
         "auto_remove": True,
         "ipc_mode": "private",
         # Our protocol runs over stdout: keep it out of the json-file log (latency, disk).

@@ -6,9 +6,11 @@ seccomp profile, no capabilities and often an unknown uid, so no namespace can b
 executor runs the system ``python3`` under ``/usr`` and, before it serves, confines itself and
 everything it starts (:mod:`envhub.sandboxes.confine`): the system trees read-only, its own scratch
 directory read-write, no other file (envhub's installed files, the task data, other sandboxes,
-and for commands ``/proc``), no TCP and no socket of any family but ``AF_UNIX``, no signal,
-ptrace or ``/proc`` access to any process outside its domain (the server, other sessions), no
-new privileges, and the same seccomp deny list as bwrap and docker. A root server also runs the
+and for commands ``/proc``; nor the host's ``/dev/shm``), no socket of any family (``socketpair``
+of the stream types only: an AF_UNIX socket could reach every pathname socket of its uid -- the
+Docker socket, an ssh agent, Ray's raylet), no SysV or POSIX-queue IPC (the host's namespace), no
+signal, ptrace or ``/proc`` access to any process outside its domain (the server, other sessions),
+no new privileges, and the same seccomp deny list as bwrap and docker. A root server also runs the
 executor as a uid of its own (:data:`SANDBOX_UID`); an unprivileged one cannot, and Landlock's
 scoping is then what keeps the agent from the server's processes. Memory, processes, CPU time
 and file size are bounded with rlimits as on the process backend; timeouts kill the process
@@ -17,8 +19,9 @@ groups and whatever escaped them.
 What it needs: Linux 6.12 or later with Landlock enabled (ABI 6), ``seccomp(2)``, pyseccomp
 with libseccomp (to compile the filter) and a ``python3`` under ``/usr``. What it does not give:
 its own pid, IPC or network namespace (other processes' pids are visible to ``kill``'s error
-codes; ``/dev/shm`` is shared by the sandboxes of one server), nor a memory cgroup (an rlimit on
-address space, like the process backend).
+codes), so no ``/dev/shm`` of its own either: POSIX shared memory and semaphores (``shm_open``,
+``sem_open``, hence ``multiprocessing``'s locks, queues and pools) fail with EACCES, as glibc has
+no other place for them; nor a memory cgroup (an rlimit on address space, like the process backend).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def unavailable() -> BackendStatus | None:
     abi = landlock_abi()
     if abi < REQUIRED_ABI:
         return BackendStatus("landlock", False, f"Landlock ABI {abi} here, {REQUIRED_ABI} needed", FIX_LANDLOCK)
-    program = seccomp_program(network=False)
+    program = seccomp_program(own_namespaces=False)
     if not program.ok:
         return BackendStatus("landlock", False, program.reason, FIX_SECCOMP)
     if sandbox_python() is None:
@@ -92,7 +95,7 @@ class LandlockSandbox(ProcessSandbox):
             raise SandboxError(f"the landlock backend cannot confine a sandbox here: {missing.reason}; {missing.fix}")
         python = sandbox_python()
         assert python is not None  # unavailable() checked
-        program = seccomp_program(network=False)
+        program = seccomp_program(own_namespaces=False)
         assert program.bpf is not None
         confine = {"read_write": [self.workdir, self._home], "seccomp": program.bpf.hex(), "hide": list(_hidden())}
         return self._start_executor(python, {"confine": confine}, uid=self.uid)

@@ -54,9 +54,25 @@ NAMESPACE_FLAGS = (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000
 #: refuses the read-only query ``personality(0xffffffff)``, which a filter cannot tell apart from
 #: setting every flag.
 PERSONALITY_FLAGS = (0x0040000, 0x0400000, 0x0100000)
-#: Socket families a sandbox without a network namespace of its own may still create (AF_UNIX):
-#: the landlock backend's filter refuses ``socket()`` of every other family with EACCES.
-LOCAL_SOCKET_FAMILIES = (1,)
+#: For a sandbox in the host's namespaces (the landlock backend's): ``socket()`` of every family
+#: is refused with EACCES -- an IP socket reaches the host's network, and an AF_UNIX one can
+#: ``connect()`` to any pathname socket its uid may write (Landlock ABI 6 does not check
+#: ``connect``). ``socketpair()`` stays, for the types whose pair cannot be re-aimed: a datagram
+#: socket (SOCK_DGRAM, and SOCK_RAW and SOCK_RDM, which AF_UNIX makes datagram) takes a peer's
+#: path in ``connect``, ``sendto`` and ``sendmsg``; a stream or seqpacket one is connected for good.
+REFUSED_PAIR_TYPES = (2, 3, 4)
+#: The bits of ``socketpair``'s type argument that hold the type (``SOCK_TYPE_MASK``; the rest are
+#: SOCK_CLOEXEC and SOCK_NONBLOCK).
+SOCKET_TYPE_MASK = 0xF
+#: Refused with EPERM for a sandbox in the host's IPC namespace (the landlock backend's): SysV
+#: shared memory, semaphores and message queues and POSIX message queues are named in the
+#: namespace, not in a tree Landlock rules cover, bounded only host-wide, and reachable by id or
+#: name from every process of the uid (the server, other sessions).
+HOST_IPC_SYSCALLS = (
+    "shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl",
+    "msgget", "msgsnd", "msgrcv", "msgctl",
+    "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+)
 #: The architectures whose ``clone`` takes its flags as the first argument, by ``uname -m``, with
 #: Docker's (Go's) and libseccomp's names: the only ones the policy is written for.
 ARCHES = {

@@ -49,7 +49,7 @@ DEEP = "/".join(["d"] * 1500)
 HOSTILE = (
     f"mkdir -p src/{DEEP} && echo deep > src/{DEEP}/f.py && mkdir -p src/shallow && echo ok > src/shallow/s.py"
     " && ln -s /etc/shadow src/shadow && ln -s / src/root && mkfifo src/fifo"
-    " && python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('src/sock')\""
+    " && python3 -c \"import os, stat; os.mknod('src/sock', stat.S_IFSOCK | 0o600)\""  # landlock: no socket()
     " && echo secret > src/locked.py && chmod 000 src/locked.py && mkdir src/closed && chmod 000 src/closed"
 )
 
