@@ -76,16 +76,32 @@ class SandboxDoor:
         """A pristine sandbox for ``role`` ("agent" or "grading"): a reset one from the warm pool of
         that role, or a cold one; never one that another role used. InfraError when none starts."""
         needs = self.needs
-        agent_spec = needs.sandbox_spec or SandboxSpec()
-        spec = dataclasses.replace(agent_spec, role=role)
-        if role == "grading":
-            spec = dataclasses.replace(spec, preload=needs.grading_preload,
-                                       limits=needs.grading_limits or agent_spec.limits)
         try:
-            return create_sandbox(self.backend, spec, pool=self.pool, isolate=needs.needs_isolation)
+            return create_sandbox(self.backend, self._spec(role), pool=self.pool, isolate=needs.needs_isolation)
         except Exception as exc:
             who = needs.env_id or type(needs).__name__
             raise InfraError(f"{who} could not start a sandbox: {exc}") from exc
+
+    def _spec(self, role: str) -> SandboxSpec:
+        agent_spec = self.needs.sandbox_spec or SandboxSpec()
+        spec = dataclasses.replace(agent_spec, role=role)
+        if role == "grading":
+            spec = dataclasses.replace(spec, preload=self.needs.grading_preload,
+                                       limits=self.needs.grading_limits or agent_spec.limits)
+        return spec
+
+    def prewarm(self, count: int) -> int:
+        """Start agent sandboxes until the warm pool ``open`` takes them from holds ``count`` idle,
+        and keep that many idle from then on; returns how many started (0 for an env without
+        sandboxes). A server does this before it serves a burst of ``count`` sessions."""
+        if self.needs.sandbox_spec is None or count <= 0 or self.pool == 0:  # 0: no pool to keep them in
+            return 0
+        from envhub.sandboxes.pool import shared_pool
+
+        name = select_backend(self.backend)
+        if self.needs.needs_isolation and name == "process" and requested_backend(self.backend) != "process":
+            return 0  # open() refuses it and says why
+        return shared_pool(name, self._spec("agent"), size=self.pool).prewarm(count)
 
     def isolation_problem(self) -> str | None:
         """Why this env's sandboxes would not isolate its agent's code here -- it needs isolation

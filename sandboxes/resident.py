@@ -23,7 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from envhub.sandboxes import cleanup, fsops
+from envhub.sandboxes import cleanup, fsops, priming
 from envhub.sandboxes.base import (
     TRUNCATION_MARKER,
     ExecResult,
@@ -241,6 +241,10 @@ class ResidentSandbox(ABC):
             return fd
 
     def start(self) -> ResidentSandbox:
+        with priming.first_start(self.backend):
+            return self._start()
+
+    def _start(self) -> ResidentSandbox:
         # Tracked before anything outside exists: a SIGTERM while the container is being created
         # or the first ping is pending must still find (and remove) it.
         cleanup.track(self)

@@ -98,8 +98,18 @@ def bench_verify() -> None:
 
 
 @bench_app.command("serve")
-def bench_serve() -> None:
+def bench_serve(
+    burst: int = typer.Option(0, min=0, help="instead: N sessions opened at once, first tool call p50/p90 "
+                              "(cold, --prewarm N, and against a pool warmed in advance)"),
+    backend: list[str] = typer.Option(["docker", "bwrap"], help="--burst: sandbox backend (repeatable)"),
+    rounds: int = typer.Option(3, min=1, help="--burst: alternating rounds of fresh servers"),
+) -> None:
     """WebSocket step round trips: envhub's server next to OpenEnv's, hosting the same env."""
+    if burst:
+        from envhub.server.bench.burst import run_burst
+
+        run_burst(out=console.print, backends=tuple(backend), sessions=burst, rounds=rounds)
+        return
     _run("serve", _serve)
 
 

@@ -96,6 +96,7 @@ def create_app(env: str | Callable[[], Env], config: ServerConfig | None = None)
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await hub.manager.start()
         await hub.manager.call(hub.warm, inline=False)
+        await hub.manager.call(hub.prewarm, inline=False)
         # Everything loaded so far (libraries, schemas, the task set) lives as long as the server:
         # keep it out of the cyclic GC's full collections, which would otherwise rescan it all,
         # on the event loop, every few thousand steps.

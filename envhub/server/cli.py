@@ -66,6 +66,9 @@ def serve_command(
     = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port (0 = any free port)")] = DEFAULT_PORT,
     max_sessions: Annotated[int, typer.Option(min=1, help="concurrent sessions (one env each)")] = 64,
+    prewarm: Annotated[int, typer.Option(min=0, help="agent sandboxes started before serving and kept idle "
+                                         "between episodes: a burst of this many sessions (a trainer's "
+                                         "batch) finds each first tool call's sandbox warm")] = 0,
     session_ttl: Annotated[float, typer.Option(min=0.1, help="seconds a detached, idle session keeps its "
                                                "slot (and can be resumed)")] = 300.0,
     attached_idle_timeout: Annotated[float, typer.Option(min=0.0, help="seconds a connected client may stay "
@@ -107,7 +110,7 @@ def serve_command(
 
         serve_in_docker(
             env_id, host=host, port=port, token=token, rebuild=rebuild, echo=typer.echo,
-            args=_server_args(max_sessions=max_sessions, session_ttl=session_ttl,
+            args=_server_args(max_sessions=max_sessions, prewarm=prewarm, session_ttl=session_ttl,
                               attached_idle_timeout=attached_idle_timeout, split=split,
                               sandbox=sandbox, env_arg=env_arg or [], expose_gold=expose_gold,
                               executor=executor, ping_interval=ping_interval,
@@ -129,7 +132,7 @@ def serve_command(
         token=token, expose_gold=expose_gold,
         executor=executor,  # type: ignore[arg-type]
         max_body_bytes=max_message_bytes, max_message_bytes=max_message_bytes, split=split,
-        env_kwargs=env_kwargs,
+        env_kwargs=env_kwargs, prewarm=prewarm,
     )
     try:
         app = create_app(env_id, config)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,9 @@ class ServerConfig:
     max_message_bytes: int = 1 << 20
     split: str = "train"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Agent sandboxes started before the server serves, and kept idle between episodes from then
+    #: on: a burst of this many sessions finds a warm sandbox for each first tool call.
+    prewarm: int = 0
 
     def sessions(self) -> SessionConfig:
         return SessionConfig(max_sessions=self.max_sessions, ttl_s=self.session_ttl_s,
@@ -121,6 +125,19 @@ class Hub:
             self.template.tasks.task_ids(self.template.split)
         except Exception:  # a broken task source shows up on the first reset, with its message
             log.warning("loading the task set failed", exc_info=True)
+
+    def prewarm(self) -> None:
+        """Start ``config.prewarm`` agent sandboxes (see :class:`ServerConfig`), before the first client."""
+        if self.config.prewarm <= 0:
+            return
+        t0 = time.monotonic()
+        try:
+            started = self.template.sandboxes.prewarm(self.config.prewarm)
+        except Exception:  # sessions then start their sandboxes on demand, as without prewarm
+            log.warning("prewarming the sandbox pool failed", exc_info=True)
+            return
+        if started:
+            log.info("started %d sandboxes ahead of the first sessions in %.1fs", started, time.monotonic() - t0)
 
     def task_set_version(self) -> str:
         try:

@@ -20,6 +20,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from envhub.sandboxes.pool_metrics import PoolCollector
 from envhub.types import Outcome
 
 disable_created_metrics()  # ``*_created`` series would double every counter's series
@@ -69,6 +70,7 @@ class Metrics:
         self._max = Gauge("envhub_sessions_max", "session capacity", ["env"], registry=r)
         for gauge in (self._active, self._attached, self._max):
             gauge.labels(env_id)
+        r.register(PoolCollector())  # the warm sandbox pools, labelled by backend only
 
     # ---- updates ------------------------------------------------------------------------------
 

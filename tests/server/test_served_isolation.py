@@ -153,3 +153,39 @@ def test_the_server_refuses_to_start_where_nothing_can_confine_agent_code(served
                           served.tag], capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert "is not served here" in run.stderr and "landlock: Landlock ABI 0 here" in run.stderr, run.stderr[-3000:]
+
+
+SWAP_PY = ("import os\nw = os.getcwd()\nos.chdir('..')\ntry:\n    os.rename(w, w + '.x')\n    os.symlink('/proc', w)\n"
+           "    print('swapped')\nexcept OSError as exc:\n    print('refused', exc.errno)\n")
+
+
+def test_a_swapped_work_dir_redirects_no_tool_and_poisons_no_later_episode(served: Served) -> None:
+    """The agent renames its work dir and puts a link to /proc in its place (#38 item 1): no tool,
+    no submission and no later episode of the server follows the link."""
+    local = served.local
+    first, *later = (local.tasks.get(t) for t in local.tasks.task_ids("test")[3:6])
+    code_repair = served.env_id == "envhub/CodeRepair-v0"
+    swap = ([format_tool_call("write_file", {"path": "swap.py", "content": SWAP_PY}),
+             format_tool_call("run", {"command": "python3 swap.py"})] if code_repair
+            else [format_tool_call("python", {"code": SWAP_PY})])
+    with openenv_core.GenericEnvClient(base_url=served.url, headers=served.headers,
+                                       message_timeout_s=600).sync() as client:
+        client.reset(task_id=first.task_id)
+        for text in swap:
+            result = client.step({"text": text})
+        assert "refused" in str(result.observation) or "swapped" in str(result.observation), result.observation
+        if code_repair:
+            listed = str(client.step({"text": format_tool_call("list_files", {})}).observation)
+            read = str(client.step({"text": format_tool_call("read_file", {"path": "self/cmdline"})}).observation)
+            assert "cmdline" not in listed and "self" not in listed.split(), listed
+            assert served.token not in read and "envhub" not in read, read
+            result = client.step({"text": format_tool_call("submit", {})})
+        else:
+            result = client.step({"text": format_tool_call("answer", {"answer": "no answer"})})
+        assert result.done and result.reward == 0.0, result.observation
+        assert "env_error" not in str(result.observation) and "verifier_error" not in str(result.observation)
+        for task in later:  # the same server, the pooled sandboxes: every later episode starts clean
+            client.reset(task_id=task.task_id)
+            for action in local.gold_actions(task):
+                result = client.step(action.model_dump(mode="json", exclude_none=True))
+            assert result.done and result.reward == 1.0, result.observation
