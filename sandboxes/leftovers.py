@@ -87,14 +87,20 @@ def owner_gone(labels: dict[str, str], created: float) -> bool:
         return False
     if pid <= 0 or pid == os.getpid():
         return False
+    if _no_such_process(pid):
+        return True
+    started = _process_start_time(pid)  # someone's process holds the pid: whose, its start time says
+    return started is not None and started > created + CLOCK_SLACK_S
+
+
+def _no_such_process(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
-        pass  # someone's process holds the pid: whose, its start time says
-    started = _process_start_time(pid)
-    return started is not None and started > created + CLOCK_SLACK_S
+        pass
+    return False
 
 
 def sweep_dead_owners(client: Any | None = None) -> int:
@@ -130,13 +136,9 @@ def _record_owner_gone(pid: int, start: int) -> bool:
     """True only when the process a scratch name records is certainly gone; any doubt keeps it."""
     if pid <= 0:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if _no_such_process(pid):
         return True
-    except PermissionError:
-        pass  # someone's process holds the pid: whose, its start says
-    found = _state_and_start(pid)
+    found = _state_and_start(pid)  # someone's process holds the pid: whose, its start says
     return found is not None and (found[0] == b"Z" or (start != 0 and found[1] != start))  # 0: unknown
 
 
