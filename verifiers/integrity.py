@@ -137,7 +137,8 @@ FORBIDDEN_NAMES = frozenset(n for c in CAPABILITIES for n in c.names)
 #: Modules the test run imports; a submitted module of the same name would replace them.
 SHADOWED_MODULES = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy", "iniconfig", "envhub_report",
                                                          "envhub_probe", "envhub_probe_runner", "envhub_probe_excinfo",
-                                                         "envhub_probe_batch", "envhub_probe_seal", "envhub_probe_reaper"}
+                                                         "envhub_probe_batch", "envhub_probe_seal", "envhub_probe_reaper",
+                                                         "envhub_probe_sigfilter"}
 
 
 @dataclass(frozen=True)

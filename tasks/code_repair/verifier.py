@@ -129,10 +129,12 @@ class IntegrityGate:
 class HiddenTests:
     """Hidden tests as observation probes in a fresh sandbox, judged against the gold's observations.
 
-    The whole grading runs against one wall-clock budget, made from the gold's measured times
-    (:func:`~envhub.verifiers.probes.grader.wall_limit`): each batch has its deadline inside it, and
-    a run still going at its end (the submission stopped or starved the runner) is ended by the
-    host, its unreported tests failed and not retried -- the submission's doing. A run that broke
+    The whole grading runs against one budget made from the gold's measured times, which the runner
+    spends as its batches run (running and CPU time: a busy machine does not spend it), inside a
+    generous wall-clock ceiling (:func:`~envhub.verifiers.probes.grader.wall_limit`): a run still
+    going at the ceiling is ended by the host, its unreported tests failed and not retried -- the
+    submission's doing (it cannot signal the runner, so only a machine loaded past the ceiling's
+    margin gets there). A run that broke
     early (the submission killed the runner or the sandbox) is retried once in another fresh sandbox
     with what is left of the budget; a second break is the submission's failure. Starting a grading
     sandbox happens before any submitted code runs and is not counted: a failure there stays
@@ -150,7 +152,8 @@ class HiddenTests:
         inst = self.instance
         sources = self.snapshot.sources()
         suite = project_suite(inst.project)
-        budget = min(GRADE_TIMEOUT_S, wall_limit(plan(suite, inst.expected_tests)[0]))
+        run_plan = plan(suite, inst.expected_tests)[0]
+        budget = min(GRADE_TIMEOUT_S, wall_limit(run_plan))
         spent = 0.0
         for attempt in (1, 2):
             with self.grading_sandbox() as sandbox:
@@ -168,14 +171,15 @@ class HiddenTests:
             "pass_to_pass_passed": p2p_passed, "pass_to_pass": len(inst.pass_to_pass),
             "failed": {t: getattr(results.verdicts.get(t), "reason", "not judged") for t in failed[:20]},
             "complete": results.complete, "timed_out": results.timed_out, "anomalies": results.anomalies,
-            "attempts": attempt, "budget_s": round(budget, 3), "grading_s": round(spent, 3),
+            "attempts": attempt, "budget_s": run_plan["budget_s"], "wall_limit_s": round(budget, 3),
+            "grading_s": round(spent, 3),
         }
         if not failed:
             return Graded(1.0, True, f"all {len(inst.expected_tests)} hidden tests observed as the gold", details)
         why = (f"{len(failed)} of {len(inst.expected_tests)} hidden tests differ from the gold"
                + ("" if results.complete else
-                  f"; the grading run passed its {budget:.1f}s budget (the submission stopped or starved the "
-                  "probe runner): the tests it had not reported fail" if results.timed_out else
+                  f"; the grading run passed its {budget:.1f}s wall ceiling (the submission stopped or starved "
+                  "the probe runner): the tests it had not reported fail" if results.timed_out else
                   "; the grading run did not finish (the submission killed the runner or its sandbox)")
                + (f"; {'; '.join(results.anomalies)}" if results.anomalies else ""))
         return Graded(score, False, why, details)

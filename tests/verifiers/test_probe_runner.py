@@ -38,7 +38,7 @@ from sandbox_fixtures import backend_params, require_backend
 
 from envhub.sandboxes import SandboxSpec, new_sandbox
 from envhub.sandboxes.base import Limits
-from envhub.verifiers.probes import reaper, runner
+from envhub.verifiers.probes import reaper
 
 LIMITS = Limits(cpus=1.0, memory_mb=512, pids=64, timeout_s=60.0, output_bytes=1 << 20, disk_mb=64)
 

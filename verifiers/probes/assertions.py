@@ -1,14 +1,19 @@
 """How one ``assert`` becomes observations, with its expected side deleted (:mod:`.compiler`'s rules).
 
 * ``actual == expected``: ``actual`` is observed, ``expected`` dropped (the gold decides); both the
-  project's: the comparison is observed too, in a segment of its own. ``pytest.approx``: a site
-  tolerance, kept in the trusted site table. Hashes and ids: the result.
+  project's: the comparison is observed too, in a segment of its own. Against plain data that is
+  not a literal scalar, and wherever the comparison's own result is observed beside it, ``actual``
+  goes through ``as_builtin`` in the probe's frame first (a ``Mapping``, ``Set``, ``UserList`` or
+  ``mappingproxy`` rebuilt from builtins, as ``==`` sees it).
+  ``pytest.approx(...)``: ``as_builtin(actual, True)`` is observed and the call is evaluated per case
+  on the gold (``raising[site]["approx"]``); one that needs a local of the test keeps its literal
+  tolerances as the site rule. Hashes and ids: the result.
 * ``x in PLAIN`` / ``not in``: ``x`` is observed and the container is a site rule (``member_of``),
   decided on the trusted side on the decoded observation -- an always-equal object never matches.
   ``PLAIN in builtin(...)`` (``"hunk 2" in str(err)``): the builtin's result is observed and the
   searched-for value is a site rule (``contains``). Elsewhere a plain operand of ``in``, ``<`` or
-  ``!=`` is an input handed to the project, which sees it anyway: the live operands and the
-  comparison's result are observed.
+  ``!=`` is an input handed to the project, which sees it anyway: the live operands (through
+  ``as_builtin``) and the comparison's result are observed.
 * compound assertions are observed operand by operand: ``a and b`` / ``a or b`` as their operands
   (every one is evaluated, in order), ``not a`` as ``a``, ``all(p for t in it)`` / ``any(...)`` as
   a loop observing ``p`` (the columns of a literal ``it`` only ``p``'s dropped sides used are deleted
@@ -31,7 +36,8 @@ from envhub import safe_ast
 from .runtime import encode
 from .segments import is_observe, loaded_names, site_of
 
-PYTEST_APPROX_DEFAULTS = (1e-6, 1e-12)
+#: the runtime's ``as_builtin`` as the probe names it (``compiler.TEXT_NAMES``)
+AS_BUILTIN = "_envhub_as_builtin"
 CHAIN_LOCAL = "__envhub_chain_"
 #: Too common to mean anything when left in a probe (loop bounds, flags, empty values).
 UNREMARKABLE = frozenset({None, True, False, -1, ""})
@@ -46,6 +52,8 @@ class AssertionCompiler:
     _dropped: dict[int, set[str]]
     _isolated: set[int]
     _locals: set[str]
+    #: names of the test that its case's parameters and its module do not bind (locals, fixtures)
+    _test_locals: set[str]
     #: constants of the current test's dropped expected sides, with how often each was dropped
     _expected: Counter
     #: site -> what is evaluated on the gold for it (``compiler.Probe.raising``)
@@ -99,31 +107,48 @@ class AssertionCompiler:
             membership = self._membership(test, plain)
             if membership is not None:
                 return membership
-        live = [o for o in operands if not self.plain(o, plain) and not _approx(o)]
+        live = [o for o in operands if not self.plain(o, plain) and not _is_approx(o)]
         if not live:
             return []
         # plain operands here are inputs and bounds (``x in s``, ``0 < n``) the project is handed: its
         # own ``__contains__`` / ``__lt__`` decide, so the comparison is observed too
-        return [*(self._observe(o) for o in live), self._observe(test)]
+        return [*(self._observe(_as_builtin(o)) for o in live), self._observe(test)]
 
     def _equality(self, test: ast.Compare, plain: set[str]) -> list[ast.stmt]:
         left, right = test.left, test.comparators[0]
-        approx = _approx(right) or _approx(left)
-        if _approx(left) or (self.plain(left, plain) and not self.plain(right, plain)):
+        if _is_approx(left) or (self.plain(left, plain) and not self.plain(right, plain)):
             left, right = right, left
         if self.plain(left, plain):
             return []
         if _mutates(right, self._locals):  # the test's own model (``reference.pop(k)``) must advance
-            return [self._observe(left, approx), ast.Expr(right)]
-        if approx or self.plain(right, plain) or isinstance(test.ops[0], ast.Is):
-            if self.plain(right, plain):
-                self._drop(right)
-            return [self._observe(left, approx)]
+            return [self._observe(_as_builtin(left, approx=_is_approx(right)), _approx(right)), ast.Expr(right)]
+        if isinstance(right, ast.Call) and _is_approx(right):
+            return [self._approximate(left, right)]
+        if self.plain(right, plain) or isinstance(test.ops[0], ast.Is):
+            if not self.plain(right, plain):
+                return [self._observe(left)]
+            self._drop(right)
+            builtin = isinstance(test.ops[0], ast.Eq) and not _scalar(right)
+            return [self._observe(_as_builtin(left) if builtin else left)]
         # both sides are the project's: its own ``__eq__`` is under test too, but that comparison
         # runs in a segment of its own, so ``left`` is also observed where ``right`` never is
         compared = self._observe(test)
         self._isolated.add(site_of(compared))
-        return [self._observe(left), compared]
+        return [self._observe(_as_builtin(left)), compared]
+
+    def _approximate(self, actual: ast.expr, approx: ast.Call) -> ast.stmt:
+        """``actual == pytest.approx(...)``: ``actual`` is observed as pytest's approx reads it
+        (``as_builtin(actual, True)``); the call is evaluated per case on the gold when it is recorded
+        (its expected value, tolerances and ``nan_ok`` become the site's expectation). One that needs a
+        local of the test keeps its literal tolerances as the site's rule and the gold's observation
+        as the expected value."""
+        self._drop(approx)
+        if {n.id for n in ast.walk(approx) if isinstance(n, ast.Name)} & self._test_locals:
+            return self._observe(_as_builtin(actual, approx=True), _approx(approx))
+        stmt = self._observe(_as_builtin(actual, approx=True))
+        self.raising[site_of(stmt)] = {"function": self.function, "imports": self.local_imports,
+                                       "approx": ast.unparse(approx)}
+        return stmt
 
     def _membership(self, test: ast.Compare, plain: set[str]) -> list[ast.stmt] | None:
         """``x in PLAIN`` and ``PLAIN in builtin(...)``, decided on the trusted side (None: neither).
@@ -180,13 +205,32 @@ class AssertionCompiler:
         seen: set[str] = set()
         for i, op in enumerate(test.ops):
             for stmt in self._observations(ast.Compare(copy.deepcopy(operands[i]), [op], [operands[i + 1]]), plain):
-                observed = stmt.value.args[0] if is_observe(stmt) else None  # type: ignore[attr-defined]
+                observed = observed_expression(stmt) if is_observe(stmt) else None
                 if isinstance(observed, ast.Name) and observed.id.startswith(CHAIN_LOCAL):
                     if observed.id in seen:
                         continue  # a middle operand, observed with the pair before
                     seen.add(observed.id)
                 out.append(stmt)
         return out
+
+
+def _as_builtin(node: ast.expr, approx: bool = False) -> ast.expr:
+    """``node`` rebuilt from builtin containers in the probe's frame (``runtime.as_builtin``)."""
+    return ast.Call(ast.Name(AS_BUILTIN, ast.Load()), [node, *([ast.Constant(True)] if approx else [])], [])
+
+
+def observed_expression(stmt: ast.stmt) -> ast.expr:
+    """What an ``observe`` statement observes, through an ``as_builtin`` call."""
+    observed = stmt.value.args[0]  # type: ignore[attr-defined]
+    if isinstance(observed, ast.Call) and isinstance(observed.func, ast.Name) and observed.func.id == AS_BUILTIN:
+        return observed.args[0]
+    return observed
+
+
+def _scalar(node: ast.expr) -> bool:
+    """A literal number, string or bytes: no container can be equal to it."""
+    return isinstance(node, ast.Constant | ast.JoinedStr) or isinstance(
+        _literal(node), int | float | complex | str | bytes)
 
 
 def _scaffold_loads(statements: list[ast.stmt]) -> set[str]:
@@ -265,17 +309,21 @@ def _per_process(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hash", "id")
 
 
+def _is_approx(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.approx"
+
+
 def _approx(node: ast.expr) -> dict[str, Any] | None:
-    if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.approx"):
+    """A ``pytest.approx`` call's literal tolerances as a site rule (``{"approx": [rel, abs, nan_ok]}``,
+    encoded; None where not given), else None."""
+    if not _is_approx(node):
         return None
-    rel, abs_ = PYTEST_APPROX_DEFAULTS
+    given: dict[str, Any] = {"rel": None, "abs": None, "nan_ok": False}
+    for name, value in zip(("rel", "abs", "nan_ok"), node.args[1:], strict=False):
+        given[name] = safe_ast.literal_eval(value)
     for k in node.keywords:
-        value = safe_ast.literal_eval(k.value)
-        if k.arg == "rel":
-            rel = float(value)
-        elif k.arg == "abs":
-            abs_ = float(value)
-    return {"approx": [rel, abs_]}
+        given[str(k.arg)] = safe_ast.literal_eval(k.value)
+    return {"approx": [encode(given["rel"]), encode(given["abs"]), bool(given["nan_ok"])]}
 
 
 def _mutates(node: ast.expr, local_names: set[str]) -> bool:

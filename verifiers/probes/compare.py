@@ -6,8 +6,9 @@ strings and numbers, and compared with the expected observations recorded from t
 
 A test passes iff the runner reported it exactly once, with status ``ok``, and its observation
 list equals the expected one: same length, the same site at every position, and values equal as
-the test's own ``==`` would find them (:func:`same_value`: within the recorded tolerance at an
-approx site; at a ``pytest.raises`` site, pytest's own rule: :func:`raised_as_expected`).
+the test's own ``==`` would find them (:func:`same_value`; at a ``pytest.approx`` site, pytest's own
+rule against the test's own call: :func:`approx_holds`; at a ``pytest.raises`` site, pytest's own
+rule: :func:`raised_as_expected`).
 Anything else -- missing, duplicated, undecodable, extra or late output, a different status --
 fails it, with the reason.
 """
@@ -21,6 +22,7 @@ import fractions
 import functools
 import json
 import math
+import numbers
 import re
 import threading
 from dataclasses import dataclass, field
@@ -99,17 +101,26 @@ def judge(reported: Reported, index: int, expected: dict[str, Any], rules: dict[
     for position, (obs, exp) in enumerate(zip(observed, want, strict=True)):
         if not (isinstance(obs, list) and len(obs) == 2 and obs[0] == exp[0]):
             return TestVerdict(False, f"observation {position} is not from the expected site")
-        rule = rules.get(str(exp[0]), {})
-        if "member_of" in rule or "contains" in rule or (isinstance(exp[1], list) and exp[1][:1] in MEMBERSHIP):
-            if not (holds(rule, obs[1], classes, exp[1]) if exp[1][:1] not in MEMBERSHIP
-                    else holds_as_expected(obs[1], exp[1], classes)):
-                return TestVerdict(False, f"observation {position} (site {exp[0]}): the test's `in` does not hold")
-        elif isinstance(exp[1], list) and exp[1][:1] == ["raises"]:
-            if not raised_as_expected(obs[1], exp[1]):
-                return TestVerdict(False, f"observation {position} (site {exp[0]}): not the exception the test expects")
-        elif not (_close(obs[1], exp[1], *rule["approx"]) if "approx" in rule else same_value(obs[1], exp[1], classes)):
-            return TestVerdict(False, f"observation {position} (site {exp[0]}) differs")
+        failure = _site_failure(rules.get(str(exp[0]), {}), obs[1], exp[1], classes)
+        if failure is not None:
+            return TestVerdict(False, f"observation {position} (site {exp[0]}){failure}")
     return TestVerdict(True, "observations equal the gold's")
+
+
+def _site_failure(rule: dict[str, Any], got: Any, want: Any, classes: Classes | None) -> str | None:
+    """Why the observation ``got`` fails the site whose rule is ``rule`` and expectation ``want``
+    (None: it passes)."""
+    kind = want[:1] if isinstance(want, list) else None
+    if kind == ["approx"] or "approx" in rule:
+        predicate = want if kind == ["approx"] else ["approx", want, *rule["approx"]]
+        return None if approx_holds(got, predicate, classes) else ": not within the test's pytest.approx"
+    if "member_of" in rule or "contains" in rule or kind in MEMBERSHIP:
+        if holds(rule, got, classes, want) if kind not in MEMBERSHIP else holds_as_expected(got, want, classes):
+            return None
+        return ": the test's `in` does not hold"
+    if kind == ["raises"]:
+        return None if raised_as_expected(got, want) else ": not the exception the test expects"
+    return None if same_value(got, want, classes) else " differs"
 
 
 def holds(rule: dict[str, Any], got: Any, classes: Classes | None = None, gold: Any = None) -> bool:
@@ -179,22 +190,67 @@ def raised_as_expected(got: Any, want: list) -> bool:
     return pattern is None or (isinstance(got[2], str) and re.search(pattern, got[2], flags) is not None)
 
 
-def _close(got: Any, want: Any, rel: float, abs_: float) -> bool:
-    """pytest.approx's rule on encoded values: numbers within max(rel * |want|, abs), structure equal."""
-    if isinstance(want, list) and want and want[0] in ("int", "float") and len(want) == 2:
-        if not (isinstance(got, list) and len(got) == 2 and got[0] in ("int", "float") and isinstance(got[1], str)):
+def approx_holds(got: Any, want: list, classes: Classes | None = None) -> bool:
+    """``got == pytest.approx(expected, rel, abs, nan_ok)``, decided on the decoded observation:
+    ``want`` is ``["approx", expected, rel, abs, nan_ok]``, each value encoded (recorded per case from
+    the test's own call, or the gold's observation with the call's literal tolerances). pytest's rules,
+    with Python's arithmetic on the decoded values: a ``Decimal`` expectation compares as
+    ``ApproxDecimal``; a dict expectation needs the same keys and each value within tolerance; a list
+    or tuple one an actual of the same length (any sequence) element by element; any other number
+    is a scalar -- ``Fraction``, ``Decimal``, ``int``, ``float``, ``complex`` alike. What would raise
+    under pytest (``float - Decimal``, a negative tolerance) fails, as the test would."""
+    if not (isinstance(want, list) and len(want) == 5 and want[0] == "approx"):
+        return False
+    _spent.count = 0
+    try:
+        actual = _decoded(got, classes or {}, True)
+        expected, rel, abs_ = (_decoded(w, {}) for w in want[1:4])
+        nan_ok = want[4] is True
+        if isinstance(expected, decimal.Decimal):
+            return _approx_scalar(actual, expected, rel, abs_, nan_ok)
+        if isinstance(expected, dict):
+            return isinstance(actual, dict) and set(actual) == set(expected) and \
+                all(_approx_scalar(actual[k], expected[k], rel, abs_, nan_ok) for k in expected)
+        if isinstance(expected, list | tuple | range):
+            return len(actual) == len(expected) and \
+                all(_approx_scalar(a, x, rel, abs_, nan_ok) for a, x in zip(actual, expected, strict=False))
+        if isinstance(expected, set | frozenset):  # pytest.approx refuses unordered collections
             return False
-        try:
-            a, b = float(got[1]), float(want[1])
-        except (OverflowError, ValueError):
-            return False
-        if math.isnan(a) or math.isnan(b):
-            return False
-        return a == b or abs(a - b) <= max(rel * abs(b), abs_)
-    if isinstance(want, list):
-        return isinstance(got, list) and len(got) == len(want) and \
-            all(_close(g, w, rel, abs_) for g, w in zip(got, want, strict=True))
-    return got == want
+        return _approx_scalar(actual, expected, rel, abs_, nan_ok)
+    except (TypeError, ValueError, ArithmeticError, RecursionError, IndexError, KeyError, AttributeError):
+        return False
+
+
+def _approx_scalar(actual: Any, expected: Any, rel: Any, abs_: Any, nan_ok: bool) -> bool:
+    """``ApproxScalar.__eq__`` (``ApproxDecimal``'s for a ``Decimal`` expectation)."""
+    if isinstance(expected, bool) and not isinstance(actual, bool):
+        return False
+    if actual == expected:
+        return True
+    if isinstance(expected, bool) or not (isinstance(expected, numbers.Complex | decimal.Decimal)
+                                          and isinstance(actual, numbers.Complex | decimal.Decimal)):
+        return False
+    if math.isnan(abs(expected)):
+        return nan_ok and math.isnan(abs(actual))
+    if math.isinf(abs(expected)):
+        return False
+    return bool(abs(expected - actual) <= _tolerance(expected, rel, abs_))
+
+
+def _tolerance(expected: Any, rel: Any, abs_: Any) -> Any:
+    """``ApproxScalar.tolerance``: an absolute tolerance alone where only ``abs`` is given, else the
+    larger of the two (``Decimal`` defaults for a ``Decimal`` expectation)."""
+    default_abs, default_rel = (decimal.Decimal("1e-12"), decimal.Decimal("1e-6")) \
+        if isinstance(expected, decimal.Decimal) else (1e-12, 1e-6)
+    absolute = default_abs if abs_ is None else abs_
+    if absolute < 0 or math.isnan(absolute):
+        raise ValueError("a negative or NaN absolute tolerance")
+    if rel is None and abs_ is not None:
+        return absolute
+    relative = (default_rel if rel is None else rel) * abs(expected)
+    if relative < 0 or math.isnan(relative):
+        raise ValueError("a negative or NaN relative tolerance")
+    return max(relative, absolute)
 
 
 def same_value(got: Any, want: Any, classes: Classes | None = None) -> bool:

@@ -9,8 +9,11 @@ in the trusted process with the observations of the gold sources (:mod:`.compare
   side is not (``assert 3 == f(x)``). Where both sides are the project's (``assert a == B(2)``),
   the comparison itself is observed as well -- the project's ``__eq__`` may be what is broken --
   in a segment of its own, so that ``a`` is also observed where ``B(2)`` never runs.
-* ``assert actual == pytest.approx(v, rel=r, abs=a)`` observes ``actual`` at a site whose tolerance
-  is kept in the trusted site table, never in the probe.
+* ``assert actual == pytest.approx(v, rel=r, abs=a)`` observes ``as_builtin(actual, True)`` (``actual``
+  as approx reads it); the call itself is evaluated per case on the gold when it is recorded and
+  kept on the trusted side, never in the probe. Where the expected side is plain data that is not a
+  literal number or string, ``as_builtin(actual)`` is observed: a container equal to a builtin one
+  under the container protocol, rebuilt in the probe's own frame.
 * a comparison of hashes or ids (which differ between processes) observes its result;
 * ``x in PLAIN`` and ``PLAIN in str(...)`` observe the live side and keep the plain one as a
   trusted site rule; any other comparison (``in``, ``<``, ``!=``, ...) observes each operand that
@@ -46,7 +49,7 @@ from typing import Any
 
 from envhub import safe_ast
 
-from .assertions import AssertionCompiler, constants_of, leaked_constants
+from .assertions import AS_BUILTIN, AssertionCompiler, constants_of, leaked_constants
 from .segments import (
     assigned_names,
     group_sites,
@@ -57,8 +60,9 @@ from .segments import (
 )
 
 RUNTIME_NAMES = ("cases", "fixture", "observe", "raises")
-#: what a ``match=`` site adds after its block, under names no test uses (``message`` is a common one)
-TEXT_NAMES = {"raised": "_envhub_raised", "message": "_envhub_message"}
+#: what a ``match=`` site adds after its block, and what an ``==`` site calls in the probe's frame, under
+#: names no test uses (``message`` is a common one)
+TEXT_NAMES = {"raised": "_envhub_raised", "message": "_envhub_message", "as_builtin": AS_BUILTIN}
 PURE_BUILTINS = frozenset({
     "abs", "bool", "bytes", "chr", "complex", "dict", "enumerate", "float", "frozenset", "int", "len", "list",
     "max", "min", "ord", "range", "reversed", "round", "set", "sorted", "str", "sum", "tuple", "zip",
@@ -256,6 +260,7 @@ class _Module(AssertionCompiler):
         self._isolated: set[int] = set()
         self._expected = Counter()
         self._locals = assigned_names(fn)
+        self._test_locals = (self._locals | {a.arg for a in fn.args.args}) - table_names
         fn.body = self._statements(fn.body, plain)
         data_names = table_names | self._locals | {a.arg for a in fn.args.args}
         if fn.name in self.unsegmented:  # one child: a whole comparison would sit next to its twin

@@ -34,7 +34,8 @@ RUNNER_FILE = "envhub_probe_runner.py"
 #: what runs in the grading sandbox: its file name there -> this package's module
 SHIPPED = {f"{RUNTIME_MODULE}.py": "runtime.py", "envhub_probe_excinfo.py": "excinfo.py",
            "envhub_probe_batch.py": "batch.py", "envhub_probe_seal.py": "seal.py",
-           "envhub_probe_reaper.py": "reaper.py", RUNNER_FILE: "runner.py"}
+           "envhub_probe_reaper.py": "reaper.py", "envhub_probe_sigfilter.py": "sigfilter.py",
+           RUNNER_FILE: "runner.py"}
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The runner's interpreter flags: no user site, no script dir on sys.path (the plan decides the
 #: path); not ``-I``, which would also ignore the fixed PYTHONHASHSEED that makes set and dict
@@ -50,10 +51,13 @@ class Deadlines:
     """How long grading may take, from the gold's measured time (``ProbeSuite.gold_s``), never from
     the submission: each batch gets ``max(batch_floor_s, factor * gold)``; the whole run gets one
     budget, ``max(total_floor_s, total_factor * sum of gold)`` (at most the sum of the batch
-    deadlines; a sum varies less than its parts), which the runner enforces on its batches; the
-    host's wall limit on the runner's process is that budget plus ``startup_s`` (interpreter start,
-    preloading, reading the probes, the last kill). A batch the gold was never timed in
-    (observations recorded before timings were) gets ``unmeasured_s``."""
+    deadlines; a sum varies less than its parts), which the runner enforces on its batches. Both
+    are spent as the runner's ``BatchClock`` counts -- running and CPU time, never the time a busy
+    machine kept a batch waiting -- so a verdict does not depend on what else the machine runs. The
+    wall clock is only a ceiling: ``wall_factor`` times the limits in the runner, and on the host
+    ``wall_factor`` times the budget plus ``startup_s`` (interpreter start, preloading, reading the
+    probes, the last kill). A batch the gold was never timed in (observations recorded before
+    timings were) gets ``unmeasured_s``."""
 
     factor: float = 20.0
     total_factor: float = 10.0
@@ -61,6 +65,7 @@ class Deadlines:
     total_floor_s: float = 2.0
     startup_s: float = 3.0
     unmeasured_s: float = 20.0
+    wall_factor: float = 10.0
 
     def batch(self, gold: float | None) -> float:
         return self.unmeasured_s if gold is None else max(self.batch_floor_s, self.factor * gold)
@@ -208,13 +213,14 @@ def plan(suite: ProbeSuite, tests: list[str], *, timeout_s: float | None = None,
     return {
         "probe_dir": PROBE_DIR, "paths": list(paths), "preload": list(DEFAULT_PRELOAD),
         "timeout_s": timeout_s or deadlines.unmeasured_s, "budget_s": round(max(budget, 0.001), 3),
-        "max_bytes": max_bytes, "batches": out,
+        "wall_factor": deadlines.wall_factor, "max_bytes": max_bytes, "batches": out,
     }, index_of
 
 
 def wall_limit(run_plan: dict[str, Any], deadlines: Deadlines = DEADLINES) -> float:
-    """The host's wall limit on the runner of ``run_plan``: its budget plus the startup margin."""
-    return run_plan["budget_s"] + deadlines.startup_s
+    """The host's wall limit on the runner of ``run_plan``: a ceiling, ``wall_factor`` times its
+    budget and the startup margin (the runner itself counts the budget as time the batches ran)."""
+    return deadlines.wall_factor * (run_plan["budget_s"] + deadlines.startup_s)
 
 
 def probe_files(suite: ProbeSuite, run_plan: dict[str, Any]) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""The probe runner's process tree: which processes descend from it, and killing only those.
+"""The probe runner's process tree: which processes descend from it, what a batch of them has
+spent, and killing only those.
 
 Standard library only; shipped beside the runner as ``envhub_probe_reaper.py``. Read from
 ``/proc/<pid>/stat`` ppid chains; every kill goes through a pidfd after the chain is checked again.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 
 
 def pidfd(pid: int) -> int | None:
@@ -66,3 +68,53 @@ def kill_descendant(pid: int, root: int) -> None:
     finally:
         if handle is not None:
             os.close(handle)
+
+
+def _own_usage(pid: int, tick: int) -> tuple[float, float] | None:
+    """(CPU seconds of ``pid`` and the children it reaped, seconds it waited for a CPU), or None
+    where /proc does not show them (landlock keeps /proc closed to commands)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        with open(f"/proc/{pid}/schedstat", "rb") as fh:
+            waited_ns = int(fh.read().split()[1])
+        return sum(int(f) for f in fields[11:15]) / tick, waited_ns / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cpu(pid: int, tick: int) -> float:
+    usage = _own_usage(pid, tick)
+    return 0.0 if usage is None else usage[0]
+
+
+class BatchClock:
+    """How much of its ``limit`` a batch has spent, whatever else the machine runs: the seconds it
+    ran or could have run (wall time less the time its process waited for a CPU others held) or the
+    CPU seconds it and its descendants used, whichever is more. So a batch that spins, sleeps or
+    stops itself spends its limit as on a quiet machine, and one that only waits for a busy machine
+    spends nothing. The wall clock is only a ceiling (``wall_factor`` times the limit); where /proc
+    shows nothing, the wall clock is all there is."""
+
+    SCAN_S = 0.1  # how often the other descendants' CPU is summed (a /proc walk)
+
+    def __init__(self, pid: int, root: int, limit: float, wall_factor: float, wall_end: float) -> None:
+        self.pid, self.root, self.limit = pid, root, limit
+        self.t0 = time.monotonic()
+        self.ceiling = min(self.t0 + wall_factor * limit, wall_end)
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.others, self.next_scan = 0.0, self.t0
+
+    def spent(self) -> float:
+        now = time.monotonic()
+        usage = _own_usage(self.pid, self.tick)
+        if usage is None:
+            return now - self.t0
+        if now >= self.next_scan:
+            self.others = sum(_cpu(p, self.tick) for p in descendants(self.root) if p != self.pid)
+            self.next_scan = now + self.SCAN_S
+        cpu, waited = usage
+        return max(now - self.t0 - waited, cpu + self.others)
+
+    def over(self) -> bool:
+        return time.monotonic() >= self.ceiling or self.spent() >= self.limit

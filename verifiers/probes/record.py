@@ -11,7 +11,8 @@ For a project (``src/`` plus a pytest ``tests/`` suite) this
    memory addresses would fail correct fixes) and every test must end ``ok``;
 3. returns the layout and the expectations -- the observations, where a ``pytest.raises`` site keeps
    the test's own predicate ``["raises", classes, pattern, flags, chains]`` instead of what the gold raised
-   (which must satisfy it) -- to be stored where no sandbox can read them;
+   (which must satisfy it), and a ``pytest.approx`` site the test's call evaluated for the case,
+   ``["approx", expected, rel, abs, nan_ok]`` -- to be stored where no sandbox can read them;
 4. times the gold's batches (``ProbeSuite.gold_s``), which grading's deadlines are made from.
 """
 
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .batching import expected_values, group
-from .compare import holds_as_expected, raised_as_expected, read_report
+from .compare import approx_holds, holds_as_expected, raised_as_expected, read_report
 from .compiler import Probe
 from .grader import (
     PROBE_DIR,
@@ -61,6 +62,11 @@ def raising(item, path):
             exec(statement, scope)
         if "membership" in site_spec:
             out[str(site)] = [site_spec["membership"], encode(eval(site_spec["value"], scope)), site_spec["negate"]]
+            continue
+        if "approx" in site_spec:
+            approx = eval(site_spec["approx"], scope)
+            out[str(site)] = ["approx", encode(approx.expected), encode(approx.rel), encode(approx.abs),
+                              bool(approx.nan_ok)]
             continue
         classes, match = site_spec["classes"], site_spec["match"]
         value = eval(classes, scope)
@@ -248,7 +254,10 @@ def _expectations(project: str, observed: dict[str, list[dict[str, Any]]],
                 if want is not None and want[0] == "raises" and not raised_as_expected(value, want):
                     raise RecordError(f"{project}: {test_id}: what the gold raised at site {site} is not what "
                                       f"pytest.raises expects there: {str(value)[:300]} vs {want}")
-                if want is not None and want[0] != "raises" and not holds_as_expected(value, want):
+                if want is not None and want[0] == "approx" and not approx_holds(value, want):
+                    raise RecordError(f"{project}: {test_id}: the gold fails its own pytest.approx at site {site}: "
+                                      f"{str(value)[:300]} vs {str(want)[:300]}")
+                if want is not None and want[0] not in ("raises", "approx") and not holds_as_expected(value, want):
                     raise RecordError(f"{project}: {test_id}: the gold fails its own `in` at site {site}: "
                                       f"{str(value)[:300]} vs {str(want)[:300]}")
                 observations.append([site, value if want is None else want])

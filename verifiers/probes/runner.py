@@ -19,8 +19,10 @@ Statuses: frames come in test order. A frame for an ended test (or a second end)
 ``"late"``; a frame for a later test makes that test ``"malformed"``; an undecodable frame (or JSON
 deeper than MAX_JSON_DEPTH) the current test, a length over ``max_bytes`` the current and all later
 ones. A batch that ends early (``"timeout"``, ``"flood"``, ``"crashed"``) gives that status to every
-test not yet ended. Each batch has its deadline (``timeout_s``) inside one ``budget_s`` for the run;
-once that is spent, later batches run nothing (``"timeout"``). A SIGSTOPped runner is the host's to end.
+test not yet ended. Each batch has its limit (``timeout_s``) inside one ``budget_s`` for the run,
+spent as ``reaper.BatchClock`` counts (running time and CPU, never the time a busy machine kept the
+batch waiting; the wall clock only as a ceiling of ``wall_factor`` times the limit); once the budget
+is spent, later batches run nothing (``"timeout"``). A SIGSTOPped runner is the host's to end.
 Without ``prctl`` (no subreaper) an orphan that also left the group escapes.
 """
 
@@ -44,6 +46,7 @@ from typing import Any
 HEADER = struct.Struct(">I")
 CHUNK = 65536
 KILL_GRACE_S = 3.0
+CLOCK_MS = 10.0  # how often a running batch's clock is read
 #: deeper than anything the runtime encodes (about 3 JSON levels per encoding level, 13 levels)
 MAX_JSON_DEPTH = 64
 MAX_FD = 1 << 20  # above every descriptor a process can hold (the kernel's nr_open ceiling)
@@ -62,6 +65,7 @@ def load_plan(path: str) -> dict[str, Any]:
         with open(path, encoding="utf-8") as fh:
             plan = json.load(fh)
         timeout, cap, budget = plan.get("timeout_s", 10.0), plan.get("max_bytes", 1048576), plan.get("budget_s", 86400)
+        wall_factor = plan.get("wall_factor", 10.0)
         batches = [{"module": os.path.abspath(b["module"]), "tests": list(b["tests"]),
                     "timeout_s": b.get("timeout_s", timeout)} for b in plan["batches"]]
         seen: set[int] = set()
@@ -71,12 +75,13 @@ def load_plan(path: str) -> dict[str, Any]:
                 raise ValueError(f"test index {test['index']} appears twice" if test["index"] in seen
                                  else "a test needs an integer index and a function name")
             seen.add(test["index"])
-        numbers = [timeout, budget, *(b["timeout_s"] for b in batches)]
+        numbers = [timeout, budget, wall_factor, *(b["timeout_s"] for b in batches)]
         if not (all(type(t) in (int, float) and 0 < t <= 86400 for t in numbers) and type(cap) is int and cap > 0):
-            raise ValueError("timeout_s, budget_s and max_bytes must be positive numbers")
+            raise ValueError("timeout_s, budget_s, wall_factor and max_bytes must be positive numbers")
         return {"probe_dir": os.path.abspath(plan["probe_dir"]), "batches": batches, "stats": bool(plan.get("stats")),
                 "paths": [os.path.abspath(p) for p in plan.get("paths", [])], "preload": list(plan.get("preload", [])),
-                "timeout_s": float(timeout), "budget_s": float(budget), "max_bytes": cap}
+                "timeout_s": float(timeout), "budget_s": float(budget), "wall_factor": float(wall_factor),
+                "max_bytes": cap}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise PlanError(f"cannot use the plan {path}: {exc!r}") from exc
 
@@ -107,6 +112,7 @@ class Runner:
         self.runtime = self._load(RUNTIME_MODULE)  # the public one, which probe modules import
         self.batch = self._load("envhub_probe_batch")
         self.seal = self._load("envhub_probe_seal")
+        self.sigfilter = self._load("envhub_probe_sigfilter")
         # what the probes really call; a batch child drops it once its probe is sealed
         self.sealed: Any = self.seal.private_runtime(plan["probe_dir"], self.runtime._current)
         # Every probe module is read into memory and taken off the disk before any submitted code
@@ -130,7 +136,8 @@ class Runner:
         return module
 
     def run(self) -> None:
-        self.end = time.monotonic() + self.plan["budget_s"]  # one budget for every batch of the run
+        self.budget_left = self.plan["budget_s"]  # one budget for every batch of the run, spent as
+        self.wall_end = time.monotonic() + self.plan["wall_factor"] * self.plan["budget_s"]  # BatchClock counts
         for number, batch in enumerate(self.plan["batches"]):
             try:
                 records = self.run_batch(batch, number)
@@ -148,10 +155,10 @@ class Runner:
 
     def run_batch(self, batch: dict[str, Any], number: int) -> list[dict[str, Any]]:
         tests, t0, cpu0 = batch["tests"], time.monotonic(), _cpu()
-        if t0 >= self.end:  # the budget is spent: the rest fails unrun (a stalled batch cannot delay it)
+        if self.budget_left <= 0 or t0 >= self.wall_end:  # spent: the rest fails unrun
             return [_record(t["index"], "timeout", f"not run: {self._cause_detail('budget', None, batch)[1]}")
                     for t in tests]
-        deadline = min(t0 + batch["timeout_s"], self.end)
+        limit = min(batch["timeout_s"], self.budget_left)
         sys.stdout.flush()  # nothing buffered may be inherited by the child
         sys.stderr.flush()
         read_fd, write_fd = os.pipe()
@@ -165,9 +172,11 @@ class Runner:
         if pid == 0:  # pragma: no cover - the child
             _child(self, batch, write_fd)
         os.close(write_fd)
+        clock = self.reaper.BatchClock(pid, self.pid, limit, self.plan["wall_factor"], self.wall_end)
         try:
-            data, cause = self._collect(pid, read_fd, deadline)
+            data, cause = self._collect(pid, read_fd, clock)
         finally:  # whatever happened, nothing of the batch outlives it
+            self.budget_left -= clock.spent()
             t1 = time.monotonic()
             status, clean = self._kill_tree(pid)
             t2 = time.monotonic()
@@ -181,7 +190,7 @@ class Runner:
         if not clean:
             return [_record(t["index"], "crashed", f"processes of the batch survived SIGKILL for {KILL_GRACE_S}s")
                     for t in tests]
-        cause = "budget" if cause == "timeout" and deadline == self.end else cause
+        cause = "budget" if cause == "timeout" and limit < batch["timeout_s"] else cause
         return judge(tests, data, self._cause_detail(cause, status, batch), self.plan["max_bytes"])
 
     def _fork(self) -> int:
@@ -192,8 +201,9 @@ class Runner:
             time.sleep(0.005 * (attempt + 1))
         return os.fork()
 
-    def _collect(self, pid: int, fd: int, deadline: float) -> tuple[bytearray, str]:
-        """Read frames until ``timeout``, ``flood``, the child's ``exit`` or the pipe's ``eof``."""
+    def _collect(self, pid: int, fd: int, clock: Any) -> tuple[bytearray, str]:
+        """Read frames until ``timeout`` (the clock's limit or ceiling), ``flood``, the child's
+        ``exit`` or the pipe's ``eof``."""
         data, cap, exit_fd = bytearray(), self.plan["max_bytes"], self.reaper.pidfd(pid)
         poller = select.poll()
         poller.register(fd, select.POLLIN)
@@ -201,11 +211,10 @@ class Runner:
             poller.register(exit_fd, select.POLLIN)
         try:
             while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if clock.over():
                     return data, "timeout"
-                wait_ms = remaining * 1000 if exit_fd is not None else min(remaining * 1000, 5.0)
-                events = poller.poll(max(1, int(wait_ms + 1)))
+                remaining = clock.ceiling - time.monotonic()
+                events = poller.poll(max(1, int(min(remaining * 1000, CLOCK_MS if exit_fd is not None else 5.0) + 1)))
                 exited = False
                 for ready, _ in events:
                     if ready == fd:
@@ -213,7 +222,7 @@ class Runner:
                         if not chunk:  # closed: the child is exiting (or hangs without a channel)
                             if exit_fd is not None:
                                 poller.unregister(fd)
-                                poller.poll(max(1, int(min(deadline - time.monotonic(), 0.05) * 1000)))
+                                poller.poll(max(1, int(min(clock.ceiling - time.monotonic(), 0.05) * 1000)))
                             return data, "eof"
                         data += chunk
                         if len(data) > cap:
@@ -432,7 +441,7 @@ def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pra
         sys.dont_write_bytecode = False  # the submission's modules compile once, in the first batch
         runner.sealed = runtime = None  # from here on only the probe's constants lead to the sealed copy
         try:
-            runner.seal.refuse_signal_handlers(runner.libc)
+            runner.sigfilter.load(runner.libc, runner.pid)
         except Exception as exc:  # no sealing, no run: every test of the batch says why
             code = [exc]
         runner.seal.guard([] if isinstance(code[0], BaseException) else runner.seal.code_tree(code[0]))

@@ -4,6 +4,7 @@ Standard library only; nothing here holds an expected value. A probe *observes* 
 observations leave the process as frames over a pipe that the runner (``runner.py``) reads.
 Probe API (docs/code-repair.md): ``observe(value, site)``, ``with raises(site,
 message=False) as info`` (then, where ``message``, ``raised(site, message(info.value))``),
+``as_builtin(value, approx=False)`` (called in the probe's frame, never by the sealed copy),
 ``@cases("a, b", rows)``, ``@fixture``, ``encode``.
 Runner API (never used by probes): ``bind(fd)`` -- where frames go; ``begin(index)`` -- the test
 frames belong to; ``send(frame)`` -- one frame, 4-byte big-endian length + compact ASCII JSON
@@ -33,6 +34,8 @@ Encoding decisions beyond the contract's table:
 
 from __future__ import annotations
 
+import collections as _collections
+import collections.abc as _abc
 import datetime as _dt
 import decimal as _decimal
 import enum as _enum
@@ -46,7 +49,8 @@ import sys as _sys
 import types as _types
 from typing import Any
 
-__all__ = ["ProbeError", "cases", "encode", "fixture", "message", "observe", "qualname", "raised", "raises"]
+__all__ = ["ProbeError", "as_builtin", "cases", "encode", "fixture", "message", "observe", "qualname", "raised",
+           "raises"]
 
 MAX_DEPTH = 12
 MAX_NODES = 20_000
@@ -362,6 +366,54 @@ def message(exc: BaseException | None) -> str | None:
     """The text ``match=`` searches in ``exc`` (``excinfo.message``; None for no exception). Runs the
     exception's own ``__str__``: the probe calls it in its own frame, never the sealed runtime."""
     return None if exc is None else _excinfo.message(exc)
+
+
+#: a container whose class takes one of these ``__eq__`` as its own is equal to a builtin one as
+#: ``as_builtin`` rebuilds it (the ABCs' rule and ``UserList``/``UserString``'s ``self.data == other``)
+_ABC_EQ = {"mapping": _abc.Mapping.__eq__, "set": _abc.Set.__eq__, "data": (_collections.UserList.__eq__,
+                                                                          _collections.UserString.__eq__)}
+_VIEWS = (type({}.keys()), type({}.items()))
+_BUILTIN_BASES = (dict, list, tuple, set, frozenset, str, bytes, bytearray)
+
+
+def as_builtin(value: Any, approx: bool = False, depth: int = 0) -> Any:
+    """``value`` rebuilt from builtin containers where its own ``==`` against a builtin one is the
+    container protocol's; anything else as it is. The probe calls it in its own frame before
+    ``observe`` (it runs the submission's ``keys``, ``__iter__``, ``__getitem__``, ``__len__``, as
+    pytest's ``==`` would), never the sealed runtime.
+
+    ``==`` (``approx`` false): a class whose ``__eq__`` is ``Mapping``'s becomes ``dict(value.items())``,
+    ``Set``'s (and a dict's keys or items view) ``set(value)`` where that keeps its length, ``UserList``'s or
+    ``UserString``'s its ``data``, a ``mappingproxy`` the dict it shows; then the values of exact dicts,
+    lists and tuples likewise. A ``Sequence`` that is no list has no list equality and stays as it is.
+    ``pytest.approx`` (``approx`` true) asks the actual side only for ``keys()`` and items, or ``len()``
+    and iteration: a mapping becomes a dict of its items, any other sized, indexable, iterable
+    non-string a list; its members are rebuilt as for ``==``."""
+    cls = type(value)
+    if depth > MAX_DEPTH or (issubclass(cls, _BUILTIN_BASES) and cls not in (dict, list, tuple)):
+        return value
+    if cls is dict or cls is list or cls is tuple:
+        members = list(value.values()) if cls is dict else value
+        rebuilt = [as_builtin(v, False, depth + 1) for v in members]
+        if all(a is b for a, b in zip(rebuilt, members, strict=True)):
+            return value  # nothing rehashed or copied where nothing changed
+        return dict(zip(value.keys(), rebuilt, strict=True)) if cls is dict else cls(rebuilt)
+    eq = getattr(cls, "__eq__", None)
+    if (approx and isinstance(value, _abc.Mapping)) or eq is _ABC_EQ["mapping"]:
+        return as_builtin(dict(value.items()), False, depth + 1)
+    if cls is _types.MappingProxyType:
+        return as_builtin(dict(value), False, depth + 1)
+    if approx and isinstance(value, _abc.Sized) and hasattr(value, "__getitem__") and hasattr(value, "__iter__"):
+        return as_builtin(list(value), False, depth + 1)
+    if eq is _ABC_EQ["set"] or cls in _VIEWS:
+        try:
+            members = set(value)
+        except TypeError:  # unhashable members: the comparison would raise too
+            return value
+        return members if len(members) == len(value) else value
+    if any(eq is own for own in _ABC_EQ["data"]):
+        return as_builtin(value.data, False, depth + 1)
+    return value
 
 
 def _argnames(argnames: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ import sys as _sys
 import types as _types
 from typing import Any
 
-__all__ = ["SEALED_NAMES", "SealError", "code_tree", "guard", "private_runtime", "refuse_signal_handlers", "seal"]
+__all__ = ["SEALED_NAMES", "SealError", "code_tree", "guard", "private_runtime", "seal"]
 
 #: the probe's names whose global loads become constants -> the sealed runtime's objects they name
 #: (``message`` stays public: it runs the exception's ``__str__``, which must never have the sealed
@@ -136,41 +136,6 @@ def seal(code: _types.CodeType, objects: dict[str, Any]) -> _types.CodeType:
     if _sys.version_info[:2] not in ((3, 11), (3, 12)):
         raise SealError(f"probe code is sealed for Python 3.11 and 3.12, not {_sys.version.split()[0]}")
     return _rewrite(code, objects)
-
-
-# ---- signal handlers ------------------------------------------------------------------------------
-
-#: (AUDIT_ARCH_*, rt_sigaction's number) by machine
-_SIGACTION = {"x86_64": (0xC000003E, 13), "aarch64": (0xC00000B7, 134)}
-_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
-_RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050001
-_LD_ABS, _JEQ, _RET = 0x20, 0x15, 0x06
-
-
-def refuse_signal_handlers(libc: Any) -> None:
-    """A seccomp filter (this process and all it starts) that refuses ``rt_sigaction`` with a new
-    action: a Python signal handler is handed the frame it interrupts -- a frame of the sealed
-    runtime, at times -- and no audit event announces one. The handlers installed so far stay."""
-    import ctypes
-
-    try:
-        arch, number = _SIGACTION[_os.uname().machine]
-    except KeyError:
-        raise SealError(f"no signal filter for {_os.uname().machine}") from None
-    program = [(_LD_ABS, 0, 0, 4), (_JEQ, 0, 6, arch), (_LD_ABS, 0, 0, 0), (_JEQ, 0, 4, number),
-               (_LD_ABS, 0, 0, 24), (_JEQ, 0, 3, 0), (_LD_ABS, 0, 0, 28), (_JEQ, 0, 1, 0),  # args[1]: the new action
-               (_RET, 0, 0, _RET_ALLOW), (_RET, 0, 0, _RET_EPERM)]
-
-    class Instruction(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
-
-    instructions = (Instruction * len(program))(*[Instruction(*i) for i in program])
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(
-            _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program), instructions)), 0, 0) != 0:
-        raise SealError(f"cannot load the signal filter: errno {ctypes.get_errno()}")
 
 
 # ---- the audit hook ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ CASES = [name for cases in GRADER_ATTACKS.values() for name, _, _ in cases]
 #: With a real fix, these cheat in a way that cannot change an observation (a process left behind;
 #: names rebound in the public runtime, which the sealed probes never call): only the static gate
 #: rejects them, and the grader alone rightly accepts the fix.
-HARMLESS_TO_THE_GRADER = {"report_daemon_spawn_with_fix", "rebind_grader_with_fix"}
+HARMLESS_TO_THE_GRADER = {"report_daemon_spawn_with_fix", "rebind_grader_with_fix", "hide_in_utf7_cookie_with_fix"}
 #: The classes issue 10 names, and what a case of each must be called.
 ISSUE_CLASSES = {
     "rebind late-read names", "rewrite the report later", "replace outcome-deciding internals",

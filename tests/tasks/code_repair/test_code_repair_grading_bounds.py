@@ -1,11 +1,12 @@
 """What grading promises about itself (#20 items 4 and 5), played through the env's tools on docker
 and bwrap.
 
-* Grading time is the grader's: a submission that SIGSTOPs the probe runner, or stalls in every
-  test, is graded in a few seconds (each batch has a deadline from the gold's measured time, the
-  whole run one budget, and the host ends a stopped runner at that budget) -- its tests fail, the
-  run is not tried again, and the outcome is the submission's, never an infrastructure one.
-  Before: 240 s (two attempts of 120 s) and 80 s (four batches of 20 s) on these instances.
+* Grading time is the grader's: a submission that tries to SIGSTOP the probe runner (refused: no
+  test process may signal it), or stalls in every test, is graded in a few seconds (each batch has
+  a limit from the gold's measured time, the whole run one budget, spent as the batches run) --
+  its tests fail, the run is not tried again, and the outcome is the submission's, never an
+  infrastructure one. Before: 240 s (two attempts of 120 s) and 80 s (four batches of 20 s) on
+  these instances.
 * The static gate is an early filter with known gaps, and says so: an attack that reaches ``os``
   through ``pathlib`` and opens files through ``logging`` and ``linecache`` passes it -- and the
   probes still reject it.
@@ -32,7 +33,7 @@ from envhub.verifiers.integrity import CAVEAT, code_findings
 from envhub.verifiers.layered import LayeredVerifier
 
 ENV = "envhub/CodeRepair-v0"
-#: well under the 120 s a single attempt could take before; the budget here is about 5 s
+#: well under the 120 s a single attempt could take before; the budget here is about 2 s
 BOUND_S = 10.0
 #: a test process stops its parent -- the runner -- which cannot ignore SIGSTOP
 SIGSTOP_THE_RUNNER = "import os as _o, signal as _s\n_o.kill(_o.getppid(), _s.SIGSTOP)\n"
@@ -123,13 +124,12 @@ def test_a_stopped_or_stalled_runner_is_graded_in_seconds_as_the_submissions_fai
         assert obs.outcome is Outcome.WRONG_ANSWER and not obs.outcome.is_infra, obs.verdict.detail
         assert seconds < BOUND_S, (seconds, details)
         assert details["attempts"] == 1, details  # ended on the clock: the submission's doing, not retried
-        assert details["grading_s"] <= details["budget_s"] + 1.0 and details["budget_s"] < BOUND_S, details
+        assert details["budget_s"] < BOUND_S, details
         assert details["fail_to_pass_passed"] == 0 and details["pass_to_pass_passed"] == 0, details
-        if case == "sigstop_the_runner":  # nothing came back from the stopped runner: every test fails
-            assert details["timed_out"] and not details["complete"], details
-            assert "stopped or starved the probe runner" in obs.verdict.detail, obs.verdict.detail
-        else:  # the runner itself ends the run at its budget and reports every test
-            assert details["complete"] and not details["timed_out"], details
+        assert details["complete"] and not details["timed_out"], details  # the runner reports every test
+        if case == "sigstop_the_runner":  # the signal is refused: the module fails to import
+            assert all("PermissionError" in r for r in details["failed"].values()), details["failed"]
+        else:  # the runner itself ends each batch at its limit and the run at its budget
             assert all(r.startswith("status timeout") for r in details["failed"].values()), details["failed"]
         verdict = env.play(inst.instance_id, env.gold_actions)  # and the gold still passes, right after
         assert verdict.outcome is Outcome.SUCCESS, verdict.detail

@@ -25,7 +25,7 @@ from typing import Any
 
 from envhub.sandboxes.base import Sandbox
 from envhub.tasks.code_repair.observations import project_suite
-from envhub.verifiers.probes.compare import raised_as_expected
+from envhub.verifiers.probes.compare import approx_holds, raised_as_expected
 from envhub.verifiers.probes.grader import run_probes
 from envhub.verifiers.probes.record import run_on_host
 
@@ -87,8 +87,8 @@ def grade(variants: Iterable[Variant], open_sandbox: OpenSandbox, *, jobs: int =
 def explain(result: Graded) -> str:
     """Where the first failing test's observations leave the gold's: the site, what the gold's
     record expects there and what the variant observed (on the host: our own code). A
-    ``pytest.raises`` site the variant satisfies is passed over; other rules the trusted side
-    applies (``approx``, ``in``) are not, so this names the first *differing* site."""
+    ``pytest.raises`` or ``pytest.approx`` site the variant satisfies is passed over; other rules the
+    trusted side applies (``in``) are not, so this names the first *differing* site."""
     if not result.failed:
         return ""
     test = next(iter(result.failed))
@@ -97,7 +97,8 @@ def explain(result: Graded) -> str:
     for want_segment, got_segment in zip(suite.expected[test], got, strict=False):
         want_obs, got_obs = want_segment.get("observations") or [], got_segment.get("observations") or []
         for want, seen in zip(want_obs, got_obs, strict=False):
-            if want != seen and not (_is_raises(want[1]) and raised_as_expected(seen[1], want[1])):
+            if want != seen and not (_is_raises(want[1]) and raised_as_expected(seen[1], want[1])) \
+                    and not (_is_approx(want[1]) and approx_holds(seen[1], want[1])):
                 return f"{test} site {want[0]}: gold {_short(want[1])} / variant {_short(seen[1])}"
         if len(want_obs) != len(got_obs) or want_segment.get("status") != got_segment.get("status"):
             return f"{test}: gold {len(want_obs)} observations, variant {len(got_obs)} ({got_segment.get('status')})"
@@ -106,6 +107,10 @@ def explain(result: Graded) -> str:
 
 def _is_raises(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and value[0] == "raises"
+
+
+def _is_approx(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and value[0] == "approx"
 
 
 def _short(value: Any, limit: int = 160) -> str:
