@@ -103,7 +103,8 @@ class BatchClock:
         self.t0 = time.monotonic()
         self.ceiling = min(self.t0 + wall_factor * limit, wall_end)
         self.tick = os.sysconf("SC_CLK_TCK")
-        self.others, self.next_scan = 0.0, self.t0
+        self.others, self.next_scan = 0.0, self.t0 + self.SCAN_S  # a short batch never needs the walk
+        self.next_read, self.last = self.t0, 0.0
 
     def spent(self) -> float:
         now = time.monotonic()
@@ -116,5 +117,9 @@ class BatchClock:
         cpu, waited = usage
         return max(now - self.t0 - waited, cpu + self.others)
 
-    def over(self) -> bool:
-        return time.monotonic() >= self.ceiling or self.spent() >= self.limit
+    def over(self, every: float = 0.0) -> bool:
+        """Past the ceiling, or the limit spent (read at most once per ``every`` seconds)."""
+        now = time.monotonic()
+        if now >= self.next_read:
+            self.last, self.next_read = self.spent(), now + every
+        return now >= self.ceiling or self.last >= self.limit

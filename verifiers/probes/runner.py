@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.machinery
-import importlib.util
 import json
 import os
 import resource
@@ -108,13 +107,15 @@ class Runner:
         for name in plan["preload"]:
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
+        self.codes: dict[str, Any] = {}
         self.reaper = self._load("envhub_probe_reaper")
+        self._load("envhub_probe_excinfo")
         self.runtime = self._load(RUNTIME_MODULE)  # the public one, which probe modules import
         self.batch = self._load("envhub_probe_batch")
         self.seal = self._load("envhub_probe_seal")
         self.sigfilter = self._load("envhub_probe_sigfilter")
         # what the probes really call; a batch child drops it once its probe is sealed
-        self.sealed: Any = self.seal.private_runtime(plan["probe_dir"], self.runtime._current)
+        self.sealed: Any = self.seal.private_runtime(self.codes, self.runtime._current)
         # Every probe module is read into memory and taken off the disk before any submitted code
         # runs: a batch can neither rewrite a later one nor read another test's rows (one test's
         # inputs may be another's expected values). Each child blanks every buffer but its own.
@@ -128,11 +129,16 @@ class Runner:
         return False
 
     def _load(self, name: str) -> types.ModuleType:
+        """The shipped module ``name``, compiled once (its code is kept for the sealed copy)."""
         path = os.path.join(self.plan["probe_dir"], name + ".py")
-        if not os.path.isfile(path):
-            raise PlanError(f"no {name} at {path}")
-        module = sys.modules[name] = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path))
-        module.__spec__.loader.exec_module(module)
+        try:
+            with open(path, "rb") as fh:
+                code = self.codes[name] = compile(fh.read(), path, "exec", dont_inherit=True)
+        except OSError as exc:
+            raise PlanError(f"no {name} at {path}: {exc}") from exc
+        module = sys.modules[name] = types.ModuleType(name)
+        module.__file__ = path
+        exec(code, module.__dict__)
         return module
 
     def run(self) -> None:
@@ -211,7 +217,7 @@ class Runner:
             poller.register(exit_fd, select.POLLIN)
         try:
             while True:
-                if clock.over():
+                if clock.over(CLOCK_MS / 1000):
                     return data, "timeout"
                 remaining = clock.ceiling - time.monotonic()
                 events = poller.poll(max(1, int(min(remaining * 1000, CLOCK_MS if exit_fd is not None else 5.0) + 1)))

@@ -41,7 +41,6 @@ import decimal as _decimal
 import enum as _enum
 import fractions as _fractions
 import functools as _functools
-import importlib.util as _importlib_util
 import json.encoder as _json_encoder
 import os as _os
 import struct as _struct
@@ -100,12 +99,8 @@ class _TooBig(Exception):
 
 if __package__:  # on the host, as envhub.verifiers.probes.runtime
     from . import excinfo as _excinfo
-elif "_excinfo" not in globals():  # envhub_probe in the sandbox: its helper lies beside it (the sealed copy
-    # of the runtime is handed its own)
-    _path = _os.path.join(_os.path.dirname(__file__), "envhub_probe_excinfo.py")
-    _spec = _importlib_util.spec_from_file_location("envhub_probe_excinfo", _path)
-    _excinfo = _importlib_util.module_from_spec(_spec)
-    _spec.loader.exec_module(_excinfo)
+elif "_excinfo" not in globals():  # envhub_probe in the sandbox: its helper lies beside it, loaded first
+    _excinfo = _sys.modules["envhub_probe_excinfo"]  # by the runner (the sealed copy is handed its own)
 
 qualname = _excinfo.qualname
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import _thread
 import builtins as _builtins
-import dis as _dis
+import opcode as _opcode
 import os as _os
 import sys as _sys
 import types as _types
@@ -41,10 +41,10 @@ __all__ = ["SEALED_NAMES", "SealError", "code_tree", "guard", "private_runtime",
 #: runtime below it)
 SEALED_NAMES = {"observe": "observe", "raises": "raises", "_envhub_raised": "raised"}
 
-_LOAD_GLOBAL, _LOAD_NAME = _dis.opmap["LOAD_GLOBAL"], _dis.opmap["LOAD_NAME"]
-_LOAD_CONST, _PUSH_NULL, _NOP = _dis.opmap["LOAD_CONST"], _dis.opmap["PUSH_NULL"], _dis.opmap["NOP"]
-_EXTENDED_ARG = _dis.opmap["EXTENDED_ARG"]
-_CACHES = getattr(_dis, "_inline_cache_entries", [0] * 256)
+_LOAD_GLOBAL, _LOAD_NAME = _opcode.opmap["LOAD_GLOBAL"], _opcode.opmap["LOAD_NAME"]
+_LOAD_CONST, _PUSH_NULL, _NOP = _opcode.opmap["LOAD_CONST"], _opcode.opmap["PUSH_NULL"], _opcode.opmap["NOP"]
+_EXTENDED_ARG = _opcode.opmap["EXTENDED_ARG"]
+_CACHES = getattr(_opcode, "_inline_cache_entries", [0] * 256)
 
 
 class SealError(RuntimeError):
@@ -58,13 +58,10 @@ def _snapshot(module: _types.ModuleType) -> _types.SimpleNamespace:
     return _types.SimpleNamespace(**{k: v for k, v in vars(module).items() if isinstance(k, str)})
 
 
-#: the runtime's files as the runner finds them beside itself
-RUNTIME_FILE, EXCINFO_FILE = "envhub_probe.py", "envhub_probe_excinfo.py"
-
-
-def private_runtime(directory: str, current: list) -> _types.SimpleNamespace:
-    """A private copy of the runtime in ``directory`` (with its helper), sharing the public copy's
-    ``current`` test index (labels are anyone's to write: they decide nothing).
+def private_runtime(codes: dict[str, _types.CodeType], current: list) -> _types.SimpleNamespace:
+    """A private copy of the runtime from its compiled ``codes`` (by module name: ``envhub_probe``,
+    ``envhub_probe_excinfo``), sharing the public copy's ``current`` test index (labels are
+    anyone's to write: they decide nothing).
 
     Made in the trusted runner before anything submitted exists: the stdlib modules the copy names
     are frozen as they are then. Its classes keep the public module names, so what it reports reads
@@ -72,15 +69,14 @@ def private_runtime(directory: str, current: list) -> _types.SimpleNamespace:
     only the probe's code constants lead to it.
     """
     own_builtins = dict(vars(_builtins))
-    excinfo = _load(_os.path.join(directory, EXCINFO_FILE), "envhub_probe_excinfo", own_builtins)
-    return _load(_os.path.join(directory, RUNTIME_FILE), "envhub_probe", own_builtins, _excinfo=excinfo,
-                 _current=current)
+    excinfo = _load(codes["envhub_probe_excinfo"], "envhub_probe_excinfo", own_builtins)
+    return _load(codes["envhub_probe"], "envhub_probe", own_builtins, _excinfo=excinfo, _current=current)
 
 
-def _load(path: str, name: str, own_builtins: dict[str, Any], **given: Any) -> _types.SimpleNamespace:
-    namespace = {"__name__": name, "__file__": path, "__package__": "", "__builtins__": own_builtins, **given}
-    with open(path, "rb") as fh:
-        exec(compile(fh.read(), path, "exec", dont_inherit=True), namespace)
+def _load(code: _types.CodeType, name: str, own_builtins: dict[str, Any], **given: Any) -> _types.SimpleNamespace:
+    namespace = {"__name__": name, "__file__": code.co_filename, "__package__": "", "__builtins__": own_builtins,
+                 **given}
+    exec(code, namespace)
     for key, value in list(namespace.items()):
         if isinstance(value, _types.ModuleType):
             namespace[key] = _snapshot(value)
