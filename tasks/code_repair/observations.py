@@ -24,7 +24,7 @@ from pathlib import Path
 from envhub.verifiers.probes.compiler import ProbeCompileError
 from envhub.verifiers.probes.equality import eq_fields
 from envhub.verifiers.probes.grader import ProbeSuite, ProbeTest
-from envhub.verifiers.probes.record import judge_on_host, record_project
+from envhub.verifiers.probes.record import attach_views, judge_on_host, record_project
 
 from .manifest import PACKAGE_DIR, PROJECTS_DIR, Instance, load_checked_json, save_checked_json
 from .workspace import project_sources, project_tests
@@ -56,10 +56,10 @@ def project_suite(project: str) -> ProbeSuite:
     suite = ProbeSuite.compile(project_tests(project), layout, stored["expected"], stored.get("unsegmented"),
                                stored.get("batches"))
     suite.gold_s = dict(stored.get("gold_s", {}))  # measured, not fingerprinted: deadlines only
+    attach_views(suite, eq_fields(project_sources(project)))
     if suite.fingerprint() != stored["fingerprint"]:
         raise StaleObservations(f"the observations of {project!r} were recorded for other probes; rerun "
                                 "`python -m envhub.tasks.code_repair.observations`")
-    suite.classes = eq_fields(project_sources(project))
     return suite
 
 

@@ -11,9 +11,10 @@
 * ``x in PLAIN`` / ``not in``: ``x`` is observed and the container is a site rule (``member_of``),
   decided on the trusted side on the decoded observation -- an always-equal object never matches.
   ``PLAIN in builtin(...)`` (``"hunk 2" in str(err)``): the builtin's result is observed and the
-  searched-for value is a site rule (``contains``). Elsewhere a plain operand of ``in``, ``<`` or
-  ``!=`` is an input handed to the project, which sees it anyway: the live operands (through
-  ``as_builtin``) and the comparison's result are observed.
+  searched-for value is a site rule (``contains``). Any other ``in`` / ``not in`` (``"k" in
+  project_object``) observes only its result, a bool: all the test reads. Elsewhere a plain operand
+  of ``<`` or ``!=`` is an input handed to the project, which sees it anyway: the live operands
+  (through ``as_builtin``) and the comparison's result are observed.
 * compound assertions are observed operand by operand: ``a and b`` / ``a or b`` as their operands
   (every one is evaluated, in order), ``not a`` as ``a``, ``all(p for t in it)`` / ``any(...)`` as
   a loop observing ``p`` (the columns of a literal ``it`` only ``p``'s dropped sides used are deleted
@@ -110,6 +111,8 @@ class AssertionCompiler:
         live = [o for o in operands if not self.plain(o, plain) and not _is_approx(o)]
         if not live:
             return []
+        if isinstance(op, ast.In | ast.NotIn):  # ``x in project_object``: the test reads the bool alone
+            return [self._observe(test)]
         # plain operands here are inputs and bounds (``x in s``, ``0 < n``) the project is handed: its
         # own ``__contains__`` / ``__lt__`` decide, so the comparison is observed too
         return [*(self._observe(_as_builtin(o)) for o in live), self._observe(test)]

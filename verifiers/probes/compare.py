@@ -31,6 +31,8 @@ from typing import Any
 #: qualified class name -> the attributes its ``__eq__`` compares (``equality.eq_fields``, read from
 #: the gold); a class not listed compares all of its state
 Classes = dict[str, tuple[str, ...]]
+#: the runtime's ``ObjectView`` as the sandbox (``envhub_probe``) and the host name it
+VIEWS = ("envhub_probe.ObjectView", "envhub.verifiers.probes.runtime.ObjectView")
 #: expectations that are a membership test recorded per case on the gold, not an observed value
 MEMBERSHIP = (["contains"], ["member_of"])
 
@@ -371,6 +373,11 @@ def _decoded(enc: Any, classes: Classes, observed: bool = False) -> Any:
         return {_decoded(k, classes, observed): _decoded(v, classes, observed) for k, v in enc[1]}
     if kind == "object" and len(enc) == 3:
         attrs = dict(enc[2])
+        if enc[1] in VIEWS and set(attrs) == {"cls", "fields"}:  # runtime.ObjectView: a gold class's ``__eq__``
+            name, fields = _decoded(attrs["cls"], {}), _decoded(attrs["fields"], classes, observed)  # fields
+            if not (isinstance(name, str) and isinstance(fields, dict) and all(isinstance(f, str) for f in fields)):
+                raise ValueError("not a view")
+            return _Object(name, fields, classes, observed)
         base = [k for k in attrs if k.startswith("(") and k.endswith(")")]
         if base and enc[1] not in classes:  # a namedtuple, an OrderedDict: compared as the builtin's
             return _decoded(attrs[base[0]], classes, observed)  # own data (its methods never ran)

@@ -16,9 +16,11 @@ in the trusted process with the observations of the gold sources (:mod:`.compare
   under the container protocol, rebuilt in the probe's own frame.
 * a comparison of hashes or ids (which differ between processes) observes its result;
 * ``x in PLAIN`` and ``PLAIN in str(...)`` observe the live side and keep the plain one as a
-  trusted site rule; any other comparison (``in``, ``<``, ``!=``, ...) observes each operand that
-  is not plain data, and its own result: its plain operands are inputs and bounds, and the
-  project's ``__contains__`` or ``__lt__`` may be what is broken;
+  trusted site rule; any other ``in`` observes its result alone (a bool: all the test reads); any
+  other comparison (``<``, ``!=``, ...) observes each operand that is not plain data, and its own
+  result: its plain operands are inputs and bounds, and the project's ``__lt__`` may be what is broken;
+* where a module calls ``as_builtin`` and the suite has the gold's ``__eq__`` fields (:func:`with_views`),
+  it is bound to ``viewer`` of them: objects of those classes are observed as those fields;
   ``assert e`` (no comparison) observes ``e``; ``assert not e`` observes ``e``; ``and``, ``or``,
   ``all``/``any`` and chained comparisons are observed operand by operand (:mod:`.assertions`,
   which holds these rules). Messages are dropped. A constant the test used only as an expected
@@ -99,10 +101,13 @@ class Probe:
     #: "function: value" for each constant a probe still holds that its test used only as an expected
     #: value (``assertions.leaked_constants``): recording the gold refuses a suite with any
     leaks: list[str] = field(default_factory=list)
+    #: gold class -> the attributes its ``__eq__`` compares (``equality.eq_fields``): structure, compiled
+    #: into the modules that call ``as_builtin`` (:func:`with_views`), which views such objects by them
+    views: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def module_for(self, functions: list[str]) -> str:
         """One module holding ``functions`` and exactly what they need (for a batch of them)."""
-        return _module_source(self.body, functions)
+        return _module_source(self.body, functions, self.views)
 
     def module_path(self, function: str) -> str:
         """Where the module of ``function`` goes, relative to the probe directory."""
@@ -146,15 +151,31 @@ def compile_tests(path: str, source: str, unsegmented: frozenset[str] = frozense
                  residual=module.residual, raising=module.raising, body=body, leaks=module.leaks)
 
 
-def _module_source(body: list[ast.stmt], functions: list[str]) -> str:
-    """The module of ``functions``: the runtime import, then what they need of ``body``."""
+def with_views(probe: Probe, classes: dict[str, tuple[str, ...]]) -> Probe:
+    """``probe`` with its modules made again to view the objects of ``classes`` (the gold's
+    ``equality.eq_fields``) by what their ``__eq__`` compares, wherever they call ``as_builtin``."""
+    probe.views = {name: tuple(fields) for name, fields in sorted(classes.items())}
+    probe.modules = {name: _module_source(probe.body, [name], probe.views) for name in probe.modules}
+    return probe
+
+
+def _module_source(body: list[ast.stmt], functions: list[str], views: dict[str, tuple[str, ...]] | None = None) -> str:
+    """The module of ``functions``: the runtime import, then what they need of ``body`` (and, where
+    it calls ``as_builtin`` and ``views`` are given, ``as_builtin`` bound to :func:`runtime.viewer` of them)."""
     fixtures = {n.name: n for n in body if isinstance(n, ast.FunctionDef) and not n.name.startswith("test_")
                 and n.decorator_list}
     wanted = [n for n in body if isinstance(n, ast.FunctionDef) and n.name in functions]
     roots = [*wanted, *(fixtures[a.arg] for n in wanted for a in n.args.args if a.arg in fixtures)]
     imports = [*RUNTIME_NAMES, *(f"{name} as {alias}" for name, alias in TEXT_NAMES.items())]
     header = safe_ast.parse(f"from envhub_probe import {', '.join(imports)}").body
-    tree = ast.Module(body=header + prune_module(body, roots), type_ignores=[])
+    kept = prune_module(body, roots)
+    if views and AS_BUILTIN in loaded_names(kept):
+        table = ast.Dict([ast.Constant(k) for k in views], [ast.Tuple([ast.Constant(f) for f in v], ast.Load())
+                                                             for v in views.values()])
+        header += [*safe_ast.parse("from envhub_probe import viewer as _envhub_viewer").body,
+                   ast.Assign([ast.Name(AS_BUILTIN, ast.Store())],
+                              ast.Call(ast.Name("_envhub_viewer", ast.Load()), [table], []))]
+    tree = ast.Module(body=header + kept, type_ignores=[])
     ast.fix_missing_locations(tree)
     return ast.unparse(tree) + "\n"
 

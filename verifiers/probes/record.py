@@ -30,7 +30,8 @@ from typing import Any
 
 from .batching import expected_values, group
 from .compare import approx_holds, holds_as_expected, raised_as_expected, read_report
-from .compiler import Probe
+from .compiler import Probe, with_views
+from .equality import eq_fields
 from .grader import (
     PROBE_DIR,
     RUNNER_ENV,
@@ -110,6 +111,15 @@ code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-c", "/de
 sys.stdout.write("\n@@ENVHUB@@" + json.dumps(dump.items) + "\n")
 sys.exit(int(code))
 '''
+
+
+def attach_views(suite: ProbeSuite, classes: dict[str, tuple[str, ...]]) -> ProbeSuite:
+    """Compile the gold's ``__eq__`` fields into every probe (``compiler.with_views``), for grading
+    and recording alike: the probes' fingerprint covers them."""
+    suite.classes = dict(classes)
+    for probe in suite.probes.values():
+        with_views(probe, classes)
+    return suite
 
 
 class RecordError(RuntimeError):
@@ -208,6 +218,7 @@ def record_project(project_root: Path, sources: dict[str, str], tests: dict[str,
     unsegmented: dict[str, list[str]] = {}
     for _ in range(2):
         suite = ProbeSuite.compile(tests, {}, unsegmented=unsegmented)
+        attach_views(suite, eq_fields(sources))
         suite.tests, raising = collect_layout(project_root, suite.probes)
         ids = sorted(suite.tests)
         first = run_on_host(suite, sources, ids)

@@ -4,7 +4,8 @@ Standard library only; nothing here holds an expected value. A probe *observes* 
 observations leave the process as frames over a pipe that the runner (``runner.py``) reads.
 Probe API (docs/code-repair.md): ``observe(value, site)``, ``with raises(site,
 message=False) as info`` (then, where ``message``, ``raised(site, message(info.value))``),
-``as_builtin(value, approx=False)`` (called in the probe's frame, never by the sealed copy),
+``as_builtin(value, approx=False)`` and ``viewer(classes)`` (an ``as_builtin`` that views gold classes'
+``__eq__`` fields as ``ObjectView``; both called in the probe's frame, never by the sealed copy),
 ``@cases("a, b", rows)``, ``@fixture``, ``encode``.
 Runner API (never used by probes): ``bind(fd)`` -- where frames go; ``begin(index)`` -- the test
 frames belong to; ``send(frame)`` -- one frame, 4-byte big-endian length + compact ASCII JSON
@@ -48,8 +49,8 @@ import sys as _sys
 import types as _types
 from typing import Any
 
-__all__ = ["ProbeError", "as_builtin", "cases", "encode", "fixture", "message", "observe", "qualname", "raised",
-           "raises"]
+__all__ = ["ObjectView", "ProbeError", "as_builtin", "cases", "encode", "fixture", "message", "observe", "qualname", "raised",
+           "raises", "viewer"]
 
 MAX_DEPTH = 12
 MAX_NODES = 20_000
@@ -371,7 +372,50 @@ _VIEWS = (type({}.keys()), type({}.items()))
 _BUILTIN_BASES = (dict, list, tuple, set, frozenset, str, bytes, bytearray)
 
 
-def as_builtin(value: Any, approx: bool = False, depth: int = 0) -> Any:
+class ObjectView:
+    """An object of a gold class with an ``__eq__`` as that ``__eq__`` reads it: its qualified class
+    name and the compared attributes (``fields``: name -> value; one the object lacks is left out)."""
+
+    __slots__ = ("cls", "fields")
+
+    def __init__(self, cls: str, fields: dict[str, Any]) -> None:
+        self.cls, self.fields = cls, fields
+
+
+def viewer(classes: dict[str, tuple[str, ...] | list[str]]) -> Any:
+    """``as_builtin`` that views the objects of ``classes`` (qualified name -> compared attributes,
+    ``equality.eq_fields`` of the gold, compiled into the probe) as :class:`ObjectView`\\ s."""
+    table = {name: tuple(fields) for name, fields in classes.items()}
+
+    def view(value: Any, approx: bool = False) -> Any:
+        return as_builtin(value, approx, 0, table)
+    return view
+
+
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, complex, str, bytes, _decimal.Decimal, _fractions.Fraction})
+
+
+def _viewed(value: Any, views: dict[str, tuple[str, ...]], depth: int) -> Any:
+    """``value`` as an :class:`ObjectView` where its class is one of ``views``, else None. Its
+    attributes are read with ``getattr`` (a property of the submission's runs, as its ``__eq__``
+    would read it), in the probe's frame."""
+    cls = type(value)
+    if not views or cls in _PLAIN_TYPES:
+        return None
+    fields = views.get(qualname(cls))
+    if fields is None:
+        return None
+    found = {}
+    for name in fields:
+        try:
+            found[name] = as_builtin(getattr(value, name), False, depth + 1, views)
+        except AttributeError:
+            continue
+    return ObjectView(qualname(cls), found)
+
+
+def as_builtin(value: Any, approx: bool = False, depth: int = 0,
+               views: dict[str, tuple[str, ...]] | None = None) -> Any:
     """``value`` rebuilt from builtin containers where its own ``==`` against a builtin one is the
     container protocol's; anything else as it is. The probe calls it in its own frame before
     ``observe`` (it runs the submission's ``keys``, ``__iter__``, ``__getitem__``, ``__len__``, as
@@ -383,23 +427,29 @@ def as_builtin(value: Any, approx: bool = False, depth: int = 0) -> Any:
     lists and tuples likewise. A ``Sequence`` that is no list has no list equality and stays as it is.
     ``pytest.approx`` (``approx`` true) asks the actual side only for ``keys()`` and items, or ``len()``
     and iteration: a mapping becomes a dict of its items, any other sized, indexable, iterable
-    non-string a list; its members are rebuilt as for ``==``."""
+    non-string a list; its members are rebuilt as for ``==``.
+    ``views`` (:func:`viewer`): an object of one of those gold classes becomes an :class:`ObjectView`."""
     cls = type(value)
-    if depth > MAX_DEPTH or (issubclass(cls, _BUILTIN_BASES) and cls not in (dict, list, tuple)):
+    if depth > MAX_DEPTH:
+        return value
+    view = _viewed(value, views, depth) if views else None
+    if view is not None:
+        return view
+    if issubclass(cls, _BUILTIN_BASES) and cls not in (dict, list, tuple):
         return value
     if cls is dict or cls is list or cls is tuple:
         members = list(value.values()) if cls is dict else value
-        rebuilt = [as_builtin(v, False, depth + 1) for v in members]
+        rebuilt = [as_builtin(v, False, depth + 1, views) for v in members]
         if all(a is b for a, b in zip(rebuilt, members, strict=True)):
             return value  # nothing rehashed or copied where nothing changed
         return dict(zip(value.keys(), rebuilt, strict=True)) if cls is dict else cls(rebuilt)
     eq = getattr(cls, "__eq__", None)
     if (approx and isinstance(value, _abc.Mapping)) or eq is _ABC_EQ["mapping"]:
-        return as_builtin(dict(value.items()), False, depth + 1)
+        return as_builtin(dict(value.items()), False, depth + 1, views)
     if cls is _types.MappingProxyType:
-        return as_builtin(dict(value), False, depth + 1)
+        return as_builtin(dict(value), False, depth + 1, views)
     if approx and isinstance(value, _abc.Sized) and hasattr(value, "__getitem__") and hasattr(value, "__iter__"):
-        return as_builtin(list(value), False, depth + 1)
+        return as_builtin(list(value), False, depth + 1, views)
     if eq is _ABC_EQ["set"] or cls in _VIEWS:
         try:
             members = set(value)
@@ -407,7 +457,7 @@ def as_builtin(value: Any, approx: bool = False, depth: int = 0) -> Any:
             return value
         return members if len(members) == len(value) else value
     if any(eq is own for own in _ABC_EQ["data"]):
-        return as_builtin(value.data, False, depth + 1)
+        return as_builtin(value.data, False, depth + 1, views)
     return value
 
 

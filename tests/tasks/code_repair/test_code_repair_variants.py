@@ -1,7 +1,7 @@
 """The differential corpus (issue #20 item 3): correct variants of every project's gold.
 
 ``data/variants.json.gz`` holds variants made by general rewrite rules (an exception subclass, a
-longer message, extra private state, an equal container, a comprehension, an early return, an
+longer message, extra private state, an equal container, a property or a named tuple, a comprehension, an early return, an
 extracted helper; ``envhub.tasks.code_repair.offline.variants``). Each passed the project's real pytest
 suite when it was built and observes differently from the gold at some probe site. A grader that
 keeps the tests' meaning accepts every one; each rejection is a false negative.

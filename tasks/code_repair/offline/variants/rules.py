@@ -76,9 +76,9 @@ class Rule:
 
 def rules() -> list[Rule]:
     """Every rule, observable ones first (form rules stack on their variants), in a fixed order."""
-    from . import containers, errors, helpers, refactors, values
+    from . import containers, errors, helpers, objects, refactors, values
 
-    return [*errors.RULES, *values.RULES, *containers.RULES, *refactors.RULES, *helpers.RULES]
+    return [*errors.RULES, *values.RULES, *containers.RULES, *objects.RULES, *refactors.RULES, *helpers.RULES]
 
 
 def rule_named(name: str) -> Rule:
