@@ -20,6 +20,8 @@ from typing import Any
 
 from envhub import safe_ast
 
+from .compare import VIEWS
+
 TRIVIAL = frozenset({"True", "False", "None", *(str(n) for n in range(-1, 11))})
 
 
@@ -42,6 +44,12 @@ def _leaves(encoded: Any) -> Iterator[str]:
         yield encoded
     elif isinstance(encoded, list) and encoded[:1] == ["raises"]:  # a pytest.raises predicate: classes, pattern
         yield from (v for v in [*encoded[1], encoded[2]] if isinstance(v, str))
+    elif isinstance(encoded, list) and len(encoded) == 3 and encoded[:1] == ["object"] and encoded[1] in VIEWS:
+        # an ObjectView: its class and field names are compiled into every probe (structure, not values)
+        for name, value in encoded[2] if isinstance(encoded[2], list) else []:
+            if name == "fields" and isinstance(value, list) and value[:1] == ["dict"] and len(value) == 2:
+                for _, field_value in value[1]:
+                    yield from _leaves(field_value)
     elif isinstance(encoded, list):
         rest = encoded[1:] if encoded and isinstance(encoded[0], str) else encoded  # skip the type tag
         for item in rest:
