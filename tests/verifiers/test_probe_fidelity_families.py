@@ -13,11 +13,7 @@ single values, and end to end (a recorded project, pytest on each variant) for w
 from __future__ import annotations
 
 import collections
-import json
 import math
-import subprocess
-import sys
-import textwrap
 import types
 from collections.abc import Mapping, Sequence, Set
 from decimal import Decimal
@@ -26,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from probe_projects import pytest_verdicts, recorded
 
 from envhub.verifiers.probes.compare import approx_holds, same_value
 from envhub.verifiers.probes.compiler import TEXT_NAMES
-from envhub.verifiers.probes.record import judge_on_host, record_project
+from envhub.verifiers.probes.record import judge_on_host
 from envhub.verifiers.probes.runtime import as_builtin, encode
 from envhub.verifiers.probes.seal import SEALED_NAMES
 
@@ -345,33 +342,12 @@ def _variant(overrides: dict[str, str]) -> str:
 
 
 def _pytest_verdicts(root: Path, source: str) -> dict[str, bool]:
-    (root / "src" / "fam.py").write_text(source)
-    report = root / "report.json"
-    code = textwrap.dedent(f'''
-        import json, sys, pytest
-        class Outcomes:
-            def __init__(self): self.seen = {{}}
-            def pytest_runtest_logreport(self, report):
-                if report.when == "call" or report.outcome != "passed":
-                    self.seen[report.nodeid] = self.seen.get(report.nodeid, True) and report.passed
-        plugin = Outcomes()
-        pytest.main(["-q", "-p", "no:cacheprovider", "tests"], plugins=[plugin])
-        open({str(report)!r}, "w").write(json.dumps(plugin.seen))
-    ''')
-    subprocess.run([sys.executable, "-c", code], cwd=root, env={"PYTHONPATH": str(root / "src"),
-                   "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-                   capture_output=True, timeout=120, check=False)
-    return json.loads(report.read_text())
+    return pytest_verdicts(root, 'fam', source)
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    root = tmp_path_factory.mktemp("fam")
-    (root / "src").mkdir()
-    (root / "tests").mkdir()
-    (root / "src" / "fam.py").write_text(GOLD)
-    (root / "tests" / "test_fam.py").write_text(TESTS)
-    return root, record_project(root, {"src/fam.py": GOLD}, {"tests/test_fam.py": TESTS})
+    return recorded(tmp_path_factory.mktemp('fam'), 'fam', GOLD, TESTS)
 
 
 def test_the_approx_call_is_recorded_per_case_and_never_reaches_the_probe(project: tuple[Path, Any]) -> None:

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from probe_projects import pytest_verdicts, recorded
 
 from envhub.verifiers.probes.compare import same_value
 from envhub.verifiers.probes.compiler import compile_tests, with_views
-from envhub.verifiers.probes.record import judge_on_host, record_project
+from envhub.verifiers.probes.record import judge_on_host
 from envhub.verifiers.probes.runtime import ObjectView, encode, viewer
 from envhub.verifiers.probes.seal import SEALED_NAMES
 
@@ -238,33 +237,12 @@ def _source(override: str) -> str:
 
 
 def _pytest_verdicts(root: Path, source: str) -> dict[str, bool]:
-    (root / "src" / "obj.py").write_text(source)
-    report = root / "report.json"
-    code = textwrap.dedent(f'''
-        import json, pytest
-        class Outcomes:
-            def __init__(self): self.seen = {{}}
-            def pytest_runtest_logreport(self, report):
-                if report.when == "call" or report.outcome != "passed":
-                    self.seen[report.nodeid] = self.seen.get(report.nodeid, True) and report.passed
-        plugin = Outcomes()
-        pytest.main(["-q", "-p", "no:cacheprovider", "tests"], plugins=[plugin])
-        open({str(report)!r}, "w").write(json.dumps(plugin.seen))
-    ''')
-    subprocess.run([sys.executable, "-c", code], cwd=root, env={"PYTHONPATH": str(root / "src"),
-                   "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-                   capture_output=True, timeout=120, check=False)
-    return json.loads(report.read_text())
+    return pytest_verdicts(root, 'obj', source)
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    root = tmp_path_factory.mktemp("obj")
-    (root / "src").mkdir()
-    (root / "tests").mkdir()
-    (root / "src" / "obj.py").write_text(GOLD)
-    (root / "tests" / "test_obj.py").write_text(TESTS)
-    return root, record_project(root, {"src/obj.py": GOLD}, {"tests/test_obj.py": TESTS})
+    return recorded(tmp_path_factory.mktemp('obj'), 'obj', GOLD, TESTS)
 
 
 def test_the_recorded_views_hold_only_the_compared_fields(project: tuple[Path, Any]) -> None:
