@@ -5,7 +5,8 @@ helpers -- is in reach of the submission while any test of the batch runs. One t
 be another test's expected values (``to_roman(14)`` and ``from_roman("XIV")`` share a table), so
 functions go into one batch only when no constant of one's module equals a value that the gold
 observed for the other, or that one of its ``pytest.raises`` expects (a class name, a ``match=``
-pattern; checked both ways, on the recorded observations), and the segments of one
+pattern; checked both ways, on the recorded observations), unless the other's own module holds that
+constant too (a child adds nothing to what is in reach of a test already), and the segments of one
 test never share a batch (they were split to keep each other's data apart). Values anyone could
 guess -- booleans, None, the integers -1..10, strings of at most one character -- do not count.
 
@@ -64,14 +65,19 @@ def expected_values(observations: Iterable[list[Any]]) -> set[str]:
 def group(functions: list[str], sources: dict[str, str], expected: dict[str, set[str]],
           test_of: dict[str, str]) -> list[list[str]]:
     """Greedy batches of ``functions`` (in order): a function joins the first batch where it conflicts
-    with no member -- neither side's constants meet the other's expected values, and they are not
-    segments of one test (``test_of``)."""
+    with no member -- neither side's constants meet the other's expected values, beyond the constants
+    the other's own module holds (the field table of object views is in every probe, for one), and
+    they are not segments of one test (``test_of``)."""
     consts = {f: constants(sources[f]) for f in functions}
+
+    def reveals(giver: str, taker: str) -> bool:  # what the taker's own module holds is in its reach already
+        return bool((consts[giver] - consts[taker]) & expected[taker])
+
     batches: list[list[str]] = []
     for function in functions:
         for batch in batches:
-            if all(test_of[m] != test_of[function] and not consts[m] & expected[function]
-                   and not consts[function] & expected[m] for m in batch):
+            if all(test_of[m] != test_of[function] and not reveals(m, function) and not reveals(function, m)
+                   for m in batch):
                 batch.append(function)
                 break
         else:

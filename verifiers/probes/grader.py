@@ -13,8 +13,11 @@ submission's failure (``wrong_answer`` with the reason), never an infrastructure
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import importlib.util
 import json
+import marshal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,17 +28,19 @@ from typing import Any
 from envhub.sandboxes.base import ExecResult, Sandbox
 from envhub.verifiers.placement import place_files
 
+from .boot import BUNDLE_FILE
 from .compare import TestVerdict, judge, read_report
 from .compiler import Probe, compile_tests
 
 PROBE_DIR = ".envhub_probe"
 RUNTIME_MODULE = "envhub_probe"
 RUNNER_FILE = "envhub_probe_runner.py"
+BOOT_FILE = "envhub_probe_boot.py"
 #: what runs in the grading sandbox: its file name there -> this package's module
 SHIPPED = {f"{RUNTIME_MODULE}.py": "runtime.py", "envhub_probe_excinfo.py": "excinfo.py",
            "envhub_probe_batch.py": "batch.py", "envhub_probe_seal.py": "seal.py",
            "envhub_probe_reaper.py": "reaper.py", "envhub_probe_sigfilter.py": "sigfilter.py",
-           RUNNER_FILE: "runner.py"}
+           RUNNER_FILE: "runner.py", BOOT_FILE: "boot.py"}
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The runner's interpreter flags: no user site, no script dir on sys.path (the plan decides the
 #: path); not ``-I``, which would also ignore the fixed PYTHONHASHSEED that makes set and dict
@@ -85,6 +90,17 @@ DEADLINES = Deadlines()
 def shipped_sources() -> dict[str, str]:
     """The runner and the runtime it loads, by their file names in the grading sandbox."""
     return {name: (PACKAGE_DIR / module).read_text(encoding="utf-8") for name, module in SHIPPED.items()}
+
+
+@lru_cache(maxsize=1)
+def shipped_code() -> str:
+    """The shipped modules compiled here, as ``boot.py`` reads them: this interpreter's bytecode magic
+    number, a newline, base64 of the marshalled ``{module name: code}`` (the boot script itself
+    excluded). Each is compiled under the file name the runner would give it, at optimization level
+    0 whatever this process runs with, so it is the code the sandbox's own compile would make."""
+    codes = {name.removesuffix(".py"): compile(source, f"{PROBE_DIR}/{name}", "exec", dont_inherit=True, optimize=0)
+             for name, source in shipped_sources().items() if name != BOOT_FILE}
+    return importlib.util.MAGIC_NUMBER.hex() + "\n" + base64.b64encode(marshal.dumps(codes)).decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -233,12 +249,13 @@ def probe_files(suite: ProbeSuite, run_plan: dict[str, Any]) -> dict[str, str]:
             if f"{PROBE_DIR}/{where}" in wanted:
                 files[f"{PROBE_DIR}/{where}"] = source
     files.update({f"{PROBE_DIR}/{name}": source for name, source in shipped_sources().items()})
+    files[f"{PROBE_DIR}/{BUNDLE_FILE}"] = shipped_code()
     files[f"{PROBE_DIR}/plan.json"] = json.dumps(run_plan)
     return files
 
 
 def runner_command(python: str = "python3") -> list[str]:
-    return [python, *PYTHON_FLAGS, f"{PROBE_DIR}/{RUNNER_FILE}", f"{PROBE_DIR}/plan.json"]
+    return [python, *PYTHON_FLAGS, f"{PROBE_DIR}/{BOOT_FILE}", f"{PROBE_DIR}/plan.json"]
 
 
 def verdicts_from_output(suite: ProbeSuite, index_of: dict[int, tuple[str, int]], stdout: str) -> ProbeRun:

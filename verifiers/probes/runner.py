@@ -1,7 +1,8 @@
 """The in-sandbox probe runner: runs probe tests in isolated children and reports what they observed.
 
 Stdlib only; copied into the sandbox as ``<probe_dir>/envhub_probe_runner.py`` (the runtime beside
-it as ``envhub_probe.py``) and run as ``python3 -s -P <it> PLAN`` (or as source with
+it as ``envhub_probe.py``) and started by ``envhub_probe_boot.py PLAN`` (``boot.py``), as a script
+``python3 -s -P <it> PLAN``, or as source with
 ``sys.exit(main(PLAN))`` appended). It never imports submitted code, holds no expected value and
 decides no verdict: one compact JSON line per test, then ``{"done": true}`` (docs/code-repair.md).
 
@@ -86,8 +87,8 @@ def load_plan(path: str) -> dict[str, Any]:
 
 
 class Runner:
-    def __init__(self, plan: dict[str, Any]) -> None:
-        self.plan, self.pid, self.stuck = plan, os.getpid(), set()
+    def __init__(self, plan: dict[str, Any], shipped: dict[str, types.CodeType] | None = None) -> None:
+        self.plan, self.pid, self.stuck, self.shipped = plan, os.getpid(), set(), shipped or {}
         self.libc: Any = None
         with contextlib.suppress(Exception):
             import ctypes
@@ -129,13 +130,17 @@ class Runner:
         return False
 
     def _load(self, name: str) -> types.ModuleType:
-        """The shipped module ``name``, compiled once (its code is kept for the sealed copy)."""
+        """The shipped module ``name``: the host's code (``boot.py``) or compiled here, once (its code
+        is kept for the sealed copy)."""
         path = os.path.join(self.plan["probe_dir"], name + ".py")
-        try:
-            with open(path, "rb") as fh:
-                code = self.codes[name] = compile(fh.read(), path, "exec", dont_inherit=True)
-        except OSError as exc:
-            raise PlanError(f"no {name} at {path}: {exc}") from exc
+        code = self.shipped.get(name)
+        if code is None:
+            try:
+                with open(path, "rb") as fh:
+                    code = compile(fh.read(), path, "exec", dont_inherit=True)
+            except OSError as exc:
+                raise PlanError(f"no {name} at {path}: {exc}") from exc
+        self.codes[name] = code
         module = sys.modules[name] = types.ModuleType(name)
         module.__file__ = path
         exec(code, module.__dict__)
@@ -456,10 +461,11 @@ def _child(runner: Runner, batch: dict[str, Any], write_fd: int) -> None:  # pra
         os._exit(0)
 
 
-def main(plan_path: str) -> int:
-    """Run the plan at ``plan_path``; 0 once every test was reported, 2 for an unusable plan."""
+def main(plan_path: str, shipped: dict[str, types.CodeType] | None = None) -> int:
+    """Run the plan at ``plan_path``; 0 once every test was reported, 2 for an unusable plan.
+    ``shipped``: the host's code of the shipped modules, by module name (``boot.py``)."""
     try:
-        runner = Runner(load_plan(plan_path))
+        runner = Runner(load_plan(plan_path), shipped)
     except PlanError as exc:
         sys.stderr.write(f"envhub probe runner: {exc}\n")
         return 2
