@@ -1,8 +1,9 @@
 """Maps the repository's top-level folders onto the single import root ``envhub``.
 
-DESIGN.md fixes the layout: ``sandboxes/`` installs as ``envhub.sandboxes`` and so on, so that
-nothing we ship shadows PyPI's ``verifiers``, ``adapters`` or ``trainer``. setuptools cannot
-discover such a mapping by itself, so the package list is derived here from the folders.
+The layout (docs/architecture.md, "The floors"): ``sandboxes/`` installs as ``envhub.sandboxes``
+and so on, so that nothing we ship shadows PyPI's ``verifiers``, ``adapters`` or ``trainer``.
+setuptools cannot discover such a mapping by itself, so the package list is derived here from the
+folders.
 """
 
 from pathlib import Path

@@ -29,7 +29,7 @@ from typing import Any
 from envhub.adapters.chat_format import ChatFormat, SegmentEncoder, chat_format_for, template_hash
 from envhub.adapters.engines.base import Engine, SamplingParams
 from envhub.adapters.token_record import TokenRecord
-from envhub.env import Env
+from envhub.episode import EpisodeEnv
 from envhub.errors import ContextOverflowError, EngineError
 from envhub.policies import PolicyOutput
 from envhub.types import Observation, Sample, TokenView
@@ -146,7 +146,7 @@ class ModelPolicy:
         with self._tok_lock:
             return str(self.tokenizer.decode(ids))
 
-    def start(self, env: Env, observation: Observation, *, seed: int) -> ModelAgent:
+    def start(self, env: EpisodeEnv, observation: Observation, *, seed: int) -> ModelAgent:
         return ModelAgent(self, observation, seed)
 
     def describe(self) -> dict[str, Any]:

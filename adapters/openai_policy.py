@@ -23,7 +23,7 @@ import logging
 import threading
 from typing import Any
 
-from envhub.env import Env
+from envhub.episode import EpisodeEnv
 from envhub.errors import EngineError
 from envhub.parsing import format_tool_call
 from envhub.policies import PolicyOutput
@@ -197,7 +197,7 @@ class OpenAIChatPolicy:
         with self._open_lock:
             self._open.discard(agent)
 
-    def start(self, env: Env, observation: Observation, *, seed: int) -> OpenAIChatAgent:
+    def start(self, env: EpisodeEnv, observation: Observation, *, seed: int) -> OpenAIChatAgent:
         session_url = None
         chat_url = f"{self.base_url}/v1/chat/completions"
         if self.tito:

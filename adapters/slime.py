@@ -48,9 +48,9 @@ def _tokenizer(path: str) -> Any:
 @functools.lru_cache(maxsize=8)
 def _engine(url: str, max_context: int | None) -> Any:
     # slime calls us with its router address: we build our SGLang engine around it
-    from envhub.adapters.engines.sglang_client import SGLangEngine
+    from envhub.adapters.engines.factory import make_engine
 
-    return SGLangEngine(url, max_context=max_context)
+    return make_engine(f"sglang:{url}", max_context=max_context)
 
 
 def router_engine(args: Any) -> Any:

@@ -124,7 +124,7 @@ class EnvhubRolloutFunc:
         )
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        from envhub.adapters.engines.transformers_engine import TransformersEngine
+        from envhub.adapters.engines.factory import LocalModel, make_engine
         from envhub.adapters.model_policy import ModelPolicy
         from envhub.rollout.runner import EpisodePlan
 
@@ -133,8 +133,8 @@ class EnvhubRolloutFunc:
         was_training = model.training
         step = int(getattr(trainer.state, "global_step", 0))
         tokenizer = trainer.processing_class
-        engine = TransformersEngine(model, tokenizer, max_context=self.max_context, weight_version=f"trl-step-{step}",
-                                    max_batch_size=len(prompts))
+        engine = make_engine("transformers", max_context=self.max_context, model=LocalModel(
+            model, tokenizer, share=True, max_batch_size=len(prompts), weight_version=f"trl-step-{step}"))
         policy = ModelPolicy(engine, tokenizer, params=self._sampling(trainer), max_context=self.max_context,
                              name="trl", model_id=str(getattr(model.config, "_name_or_path", "") or "trl-model"),
                              fit_turns=True, max_response_tokens=self.budget(trainer))

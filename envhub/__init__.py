@@ -5,7 +5,9 @@ with envhub's registry and with Gymnasium as ``envhub/<Name>-v0``.
 """
 
 from envhub._version import __version__
-from envhub.env import Budget, Env, Episode
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.episode import Episode
 from envhub.errors import ContextOverflowError, EngineError, InfraError, ToolError
 from envhub.registry import EnvSpec, get_spec, list_envs, load_plugins, make, register
 from envhub.tools import tool

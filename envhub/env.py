@@ -4,7 +4,8 @@ A task family subclasses :class:`Env` and supplies four things: where tasks come
 (``load_tasks``), the tools (methods marked with :func:`envhub.tools.tool`), the verifier
 (``make_verifier``) and a scripted gold solution (``gold_actions``). Everything an episode needs
 beyond that -- parsing the model's text, validating arguments, budgets, outcomes, timings -- lives
-here once, so no family re-implements it.
+here once, so no family re-implements it. The episode's state is :class:`~envhub.episode.Episode`;
+the tasks' source is :class:`~envhub.task_source.TaskSource`.
 
 ``step`` never raises for anything the model wrote. It raises only for caller errors (stepping a
 finished episode), and turns infrastructure faults into the ``env_error`` outcome.
@@ -13,97 +14,41 @@ finished episode), and turns infrastructure faults into the ``env_error`` outcom
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-import threading
 import time
 import traceback
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from envhub.budget import Budget, check_budget
+from envhub.episode import Episode, SuiteCase, Verifier
 from envhub.errors import EpisodeFinishedError, InfraError, ToolError
-from envhub.parsing import PARSERS, TOOL_CALL_EXAMPLE, ToolCallParser, coerce_action, sanitize_calls
+from envhub.parsing import PARSERS, TOOL_CALL_EXAMPLE, ToolCallParser, action_calls, read_action
 from envhub.rebuild import RebuiltOnCopy
-from envhub.sandboxes.door import SandboxDoor
+from envhub.task_source import SPLITS, TaskSource, shared_source
 from envhub.tools import ToolArgumentError, ToolDef, collect_tools
-from envhub.types import (
-    Action,
-    EpisodeMetrics,
-    Message,
-    Observation,
-    Outcome,
-    Sample,
-    Task,
-    ToolCall,
-    ToolSpec,
-    Turn,
-    Verdict,
-)
+from envhub.types import Action, Message, Outcome, Task, ToolCall, Turn, Verdict
 
 if TYPE_CHECKING:
     from envhub.sandboxes.base import Limits, Sandbox, SandboxSpec
-    from envhub.verifiers.suite import SuiteCase
-
-SPLITS = ("train", "validation", "test")
-_TASK_CACHE: dict[tuple[type, Hashable], TaskSource] = {}
-_TASK_CACHE_LOCK = threading.Lock()
-
-
-def _renew_after_fork() -> None:
-    """A forked child (AsyncVectorEnv) would never see a lock another thread held at the fork released."""
-    global _TASK_CACHE_LOCK
-    _TASK_CACHE_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_renew_after_fork)
-
-
-class TaskSource(Protocol):
-    """Where a family's tasks come from. Ids are stable; splits never share a task."""
-
-    name: str
-    version: str
-
-    def task_ids(self, split: str) -> Sequence[str]: ...
-
-    def get(self, task_id: str) -> Task: ...
-
-
-class Verifier(Protocol):
-    def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict: ...
-
-
-@dataclass
-class Episode:
-    """The mutable state of one running episode."""
-
-    task: Task
-    tools: list[ToolSpec]
-    #: the limits this episode runs under: ``Env.episode_budget(task)`` at ``reset``
-    budget: Budget = field(default_factory=Budget)
-    messages: list[Message] = field(default_factory=list)
-    turns: list[Turn] = field(default_factory=list)
-    tool_calls: int = 0
-    format_errors: int = 0
-    started: float = field(default_factory=time.monotonic)
-    done: bool = False
-    verdict: Verdict | None = None
-    submission: dict[str, Any] | None = None
-    sandbox: Sandbox | None = None
-    #: ``image_id`` of the sandbox the agent's tools ran in (kept after the sandbox is released)
-    sandbox_image: str | None = None
-    metrics: EpisodeMetrics = field(default_factory=EpisodeMetrics)
-    scratch: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def outcome(self) -> Outcome | None:
-        return self.verdict.outcome if self.verdict else None
+    from envhub.types import Observation, Sample, ToolSpec
 
 
 class Env(RebuiltOnCopy):
-    """Base class of every envhub environment. See the module docstring (copies: :mod:`envhub.rebuild`)."""
+    """Base class of every envhub environment (copies: :mod:`envhub.rebuild`).
+
+    The episode API (:class:`~envhub.episode.EpisodeEnv`): :meth:`reset`, :meth:`step`, :meth:`abort`,
+    :meth:`record_observation_ids`, :meth:`close`, :attr:`episode`, :attr:`tasks`,
+    :attr:`terminal_tool`, :meth:`gold_actions`, ``env_id``, ``version``, ``split``. Also public:
+    :attr:`budget`, :attr:`parser`, :attr:`sandboxes`, :attr:`verifier`, :attr:`tool_specs`,
+    :meth:`initial_observation`, :meth:`play`, :meth:`use_tasks`, :meth:`sandbox`, :meth:`grading_sandbox`.
+
+    A family overrides :meth:`load_tasks`, :meth:`make_verifier` (or :meth:`verifier_for`) and
+    :meth:`gold_actions`; optionally :meth:`task_cache_key`, :meth:`system_prompt`,
+    :meth:`setup_episode`, :meth:`episode_budget`, :meth:`adversarial_cases`,
+    :meth:`submission_actions` and the class attributes below. Its tools are methods marked ``@tool``,
+    the one that submits ``@tool(terminal=True)``.
+    """
 
     env_id: ClassVar[str] = ""
     family: ClassVar[str] = ""
@@ -139,6 +84,8 @@ class Env(RebuiltOnCopy):
         self.parser: ToolCallParser = PARSERS[parser]() if isinstance(parser, str) else parser
         #: where this env's sandboxes come from: ``sandbox`` names the backend, ``sandbox_pool`` the
         #: warm sandboxes kept per process and role (0: a cold sandbox per episode and per grading)
+        from envhub.sandboxes.door import SandboxDoor  # import envhub loads no sandbox module
+
         self.sandboxes = SandboxDoor(self, backend=sandbox, pool=sandbox_pool)
         self._tools: dict[str, ToolDef] = collect_tools(type(self))
         self._tasks: TaskSource | None = None
@@ -163,6 +110,12 @@ class Env(RebuiltOnCopy):
 
     def make_verifier(self) -> Verifier:
         raise NotImplementedError
+
+    def verifier_for(self, episode: Episode) -> Verifier:
+        """The verifier of ``episode``'s submission, asked for at submit: the env's :attr:`verifier`,
+        unless a family makes one per episode from what the episode holds then (its raising counts
+        as ``verify``'s)."""
+        return self.verifier
 
     def system_prompt(self, task: Task) -> str:
         return (
@@ -236,16 +189,11 @@ class Env(RebuiltOnCopy):
 
     @property
     def tasks(self) -> TaskSource:
+        """The env's task source, loaded on first use (shared per ``task_cache_key``)."""
         if self._tasks is None:
             key = self.task_cache_key()
-            if key is None:
-                self._tasks = self.load_tasks()
-            else:
-                with _TASK_CACHE_LOCK:
-                    cache_key = (type(self), key)
-                    if cache_key not in _TASK_CACHE:
-                        _TASK_CACHE[cache_key] = self.load_tasks()
-                    self._tasks = _TASK_CACHE[cache_key]
+            load = self.load_tasks
+            self._tasks = load() if key is None else shared_source((type(self), key), load)
         return self._tasks
 
     def use_tasks(self, source: TaskSource) -> None:
@@ -254,6 +202,7 @@ class Env(RebuiltOnCopy):
 
     @property
     def verifier(self) -> Verifier:
+        """The env's verifier, made by :meth:`make_verifier` on first use."""
         if self._verifier is None:
             self._verifier = self.make_verifier()
         return self._verifier
@@ -265,7 +214,21 @@ class Env(RebuiltOnCopy):
     def reset(
         self, *, seed: int | None = None, task_id: str | None = None, options: dict[str, Any] | None = None
     ) -> Observation:
-        """Start an episode. ``task_id`` picks a task; otherwise ``seed`` picks one of the split."""
+        """Start an episode (the last one's sandbox is released first).
+
+        Args:
+            seed: seeds the pick of a task of the split when no ``task_id`` is given.
+            task_id: the task to run (or ``options["task_id"]``).
+            options: Gymnasium's reset options; only ``task_id`` is read.
+
+        Returns:
+            The system and task prompts, with the tools; already done (``env_error``) when the
+            episode's setup failed.
+
+        Raises:
+            ValueError: no task is named and the split has none.
+            KeyError: the task source has no such task.
+        """
         self._release_resources()
         options = dict(options or {})
         task_id = task_id or options.pop("task_id", None)
@@ -287,29 +250,29 @@ class Env(RebuiltOnCopy):
             self.setup_episode(episode)
         except Exception as exc:  # the sandbox would not come up: not the agent's doing
             self._finish(Outcome.ENV_ERROR, f"episode setup failed: {exc!r}\n{traceback.format_exc()}")
-        self._initial = Observation(
-            messages=list(episode.messages),
-            tools=episode.tools,
-            done=episode.done,
-            outcome=episode.outcome,
-            verdict=episode.verdict,
-            info={"task_id": task.task_id, "split": task.split, "difficulty": task.difficulty},
-        )
+        self._initial = episode.opening()
         return self._initial
 
     def step(self, action: str | Action | dict[str, Any], *, sample: Sample | None = None) -> Observation:
-        """Apply one policy turn; returns only the new messages (tool results or errors).
+        """Apply one policy turn: run its tool calls, grade a submission.
 
-        ``sample`` (how a model produced ``action``: its token ids, logprobs, ...) is recorded on
-        the turn as it is; nothing the env decides depends on it."""
+        Args:
+            action: the policy's text, an :class:`~envhub.types.Action` or an Action's dict.
+            sample: how a model produced ``action`` (token ids, logprobs, ...), recorded on the
+                turn as it is; nothing the env decides depends on it.
+
+        Returns:
+            Only the new messages (tool results or errors), and the verdict once the episode ends.
+            An invalid action is a format error, a fault of ours the ``env_error`` outcome.
+
+        Raises:
+            EpisodeFinishedError: no episode is running.
+            TypeError: ``action`` is none of the three (ValueError: a dict that is no Action).
+        """
         episode = self.episode
         if episode is None or episode.done:
             raise EpisodeFinishedError("no episode is running: call reset() first")
-        action = coerce_action(action)
-        call_error = None
-        if action.tool_calls:
-            calls, call_error = sanitize_calls(action.tool_calls)
-            action = action.model_copy(update={"tool_calls": calls})
+        action, call_error = read_action(action)
         t0 = time.monotonic()
         turn = Turn(index=len(episode.turns), action_text=action.text)
         if sample is not None:
@@ -320,23 +283,34 @@ class Env(RebuiltOnCopy):
         )
         new: list[Message] = []
         try:
-            new = self._format_error(episode, turn, call_error) if call_error else self._apply(episode, turn, action)
+            new = self._apply(episode, turn, action, call_error)
         except InfraError as exc:
             self._finish(Outcome.ENV_ERROR, f"{exc}")
         except Exception as exc:
             self._finish(Outcome.ENV_ERROR, f"{exc!r}\n{traceback.format_exc()}")
-        if not episode.done:
-            self._check_budgets(episode)
+        if not episode.done and (used_up := episode.over_budget()):
+            self._finish(Outcome.BUDGET_EXHAUSTED, used_up)
         turn.observation = new
         episode.messages.extend(new)
         turn.timings["env_s"] = time.monotonic() - t0
-        return self._observation(new)
+        return episode.observation(new)
 
     def abort(self, outcome: Outcome, detail: str) -> Observation:
-        """End the running episode from outside (engine failure, context overflow, ...)."""
+        """End the running episode from outside (engine failure, context overflow, ...).
+
+        Args:
+            outcome: its outcome (reward 0).
+            detail: why: the verdict's ``detail``.
+
+        Returns:
+            The final observation, with no messages; an episode already ended keeps its verdict.
+
+        Raises:
+            EpisodeFinishedError: no episode was started (or the env was closed since).
+        """
         if self.episode is not None and not self.episode.done:
             self._finish(outcome, detail)
-        return self._observation([])
+        return self._require_episode().observation([])
 
     def record_observation_ids(self, ids: list[int]) -> None:
         """Record on the latest turn the tokens a policy appended for the env's reply to it (known
@@ -376,24 +350,13 @@ class Env(RebuiltOnCopy):
             raise EpisodeFinishedError("no episode is running: call reset() first")
         return self.episode
 
-    def _apply(self, episode: Episode, turn: Turn, action: Action) -> list[Message]:
+    def _apply(self, episode: Episode, turn: Turn, action: Action, error: str | None) -> list[Message]:
+        """Run the tool calls of ``action``; ``error`` says why its structured calls cannot run."""
         budget = episode.budget
-        if len(action.text) > budget.max_action_chars:
-            return self._format_error(
-                episode,
-                turn,
-                f"your message is {len(action.text)} characters long; the limit is "
-                f"{budget.max_action_chars}",
-            )
-        if action.tool_calls is not None:
-            calls = action.tool_calls
-        else:
-            parsed = self.parser.parse(action.text)
-            if parsed.error:
-                return self._format_error(episode, turn, parsed.error)
-            calls = parsed.calls
-        if not calls:
-            return self._format_error(episode, turn, "no tool call found")
+        calls, error = ([], error) if error else action_calls(action, self.parser, budget.max_action_chars)
+        if error:
+            reply = self._invalid(episode, turn, error)
+            return [reply] if reply is not None else []
         turn.tool_calls = calls
         replies: list[Message] = []
         for call in calls:
@@ -412,11 +375,11 @@ class Env(RebuiltOnCopy):
         tdef = self._tools.get(call.name)
         if tdef is None:
             known = ", ".join(self._tools)
-            return self._tool_error(episode, turn, call, f"unknown tool `{call.name}`; available: {known}")
+            return self._invalid(episode, turn, f"unknown tool `{call.name}`; available: {known}", call)
         try:
             args = tdef.validate(call.arguments)
         except ToolArgumentError as exc:
-            return self._tool_error(episode, turn, call, str(exc))
+            return self._invalid(episode, turn, str(exc), call)
         if tdef.terminal:
             episode.submission = {"tool": call.name, **args}
             self._grade(episode)
@@ -428,72 +391,35 @@ class Env(RebuiltOnCopy):
             result = f"Error: {exc}"
         finally:  # the call's wall time already holds a sandbox start inside it: count that once
             episode.metrics.sandbox_seconds = before + time.monotonic() - t0
-        return Message(role="tool", name=call.name, tool_call_id=call.id, content=self._clip(episode, result))
+        return Message(role="tool", name=call.name, tool_call_id=call.id, content=episode.clip(result))
 
     def _grade(self, episode: Episode) -> None:
         t0 = time.monotonic()
         try:
-            verdict = self.verifier.verify(episode.task, episode.submission or {}, episode)
+            verdict = self.verifier_for(episode).verify(episode.task, episode.submission or {}, episode)
         except InfraError as exc:
             verdict = Verdict(reward=0.0, outcome=Outcome.ENV_ERROR, detail=str(exc))
         except Exception as exc:
-            verdict = Verdict(
-                reward=0.0, outcome=Outcome.VERIFIER_ERROR, detail=f"{exc!r}\n{traceback.format_exc()}"
-            )
+            detail = f"{exc!r}\n{traceback.format_exc()}"
+            verdict = Verdict(reward=0.0, outcome=Outcome.VERIFIER_ERROR, detail=detail)
         episode.metrics.verifier_seconds += time.monotonic() - t0
         self._finish(verdict.outcome, verdict.detail, verdict)
 
-    def _format_error(self, episode: Episode, turn: Turn, reason: str) -> list[Message]:
-        episode.format_errors += 1
-        turn.parse_error = reason
-        left = episode.budget.max_format_errors - episode.format_errors
+    def _invalid(self, episode: Episode, turn: Turn, reason: str, call: ToolCall | None = None
+                 ) -> Message | None:
+        """Count an invalid action -- or, with ``call``, an invalid tool call of it -- and answer it
+        (as the user, or as that call's tool result); past the retries, end the episode instead."""
+        left = episode.count_invalid(turn, reason)
         if left < 0:
-            self._finish(Outcome.FORMAT_ERROR, f"too many invalid actions; last: {reason}")
-            return []
-        return [Message(role="user", content=f"Format error: {reason}. ({left} retries left)")]
-
-    def _tool_error(self, episode: Episode, turn: Turn, call: ToolCall, reason: str) -> Message | None:
-        episode.format_errors += 1
-        turn.parse_error = reason
-        left = episode.budget.max_format_errors - episode.format_errors
-        if left < 0:
-            self._finish(Outcome.FORMAT_ERROR, f"too many invalid tool calls; last: {reason}")
+            what = "actions" if call is None else "tool calls"
+            self._finish(Outcome.FORMAT_ERROR, f"too many invalid {what}; last: {reason}")
             return None
-        return Message(
-            role="tool", name=call.name, tool_call_id=call.id, content=f"Error: {reason}. ({left} retries left)"
-        )
-
-    def _check_budgets(self, episode: Episode) -> None:
-        budget, elapsed = episode.budget, time.monotonic() - episode.started
-        if elapsed > budget.max_agent_seconds:
-            self._finish(Outcome.BUDGET_EXHAUSTED, f"agent time budget ({budget.max_agent_seconds}s) used up")
-        elif len(episode.turns) >= budget.max_turns:
-            self._finish(Outcome.BUDGET_EXHAUSTED, f"turn budget ({budget.max_turns}) used up")
+        if call is None:
+            return Message(role="user", content=f"Format error: {reason}. ({left} retries left)")
+        return Message(role="tool", name=call.name, tool_call_id=call.id,
+                       content=f"Error: {reason}. ({left} retries left)")
 
     def _finish(self, outcome: Outcome, detail: str, verdict: Verdict | None = None) -> None:
         episode = self._require_episode()
-        episode.verdict = verdict or Verdict(reward=0.0, outcome=outcome, detail=detail)
-        episode.done = True
-        episode.metrics.tool_calls = episode.tool_calls
-        episode.metrics.format_errors = episode.format_errors
-        episode.metrics.wall_seconds = time.monotonic() - episode.started
+        episode.end(verdict or Verdict(reward=0.0, outcome=outcome, detail=detail))
         self.sandboxes.release(episode, wait=False)
-
-    def _observation(self, new: list[Message]) -> Observation:
-        episode = self._require_episode()
-        verdict = episode.verdict
-        return Observation(
-            messages=new,
-            done=episode.done,
-            truncated=bool(verdict and verdict.outcome.is_truncation),
-            reward=verdict.reward if verdict else 0.0,
-            outcome=verdict.outcome if verdict else None,
-            verdict=verdict,
-            info={"task_id": episode.task.task_id, "turn": len(episode.turns)},
-        )
-
-    def _clip(self, episode: Episode, text: str) -> str:
-        limit = episode.budget.max_observation_chars
-        if len(text) <= limit:
-            return text
-        return text[:limit] + f"\n[... {len(text) - limit} more characters cut ...]"

@@ -33,6 +33,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory
 
 from envhub.env import Env
+from envhub.episode import EpisodeEnv
 from envhub.types import Action, Observation
 
 MAX_TEXT = 1 << 20
@@ -69,7 +70,9 @@ class PrintableText(spaces.Text):
 
 
 class GymEnv(gymnasium.Env[str, str]):
-    """Wraps an envhub :class:`Env` as a ``gymnasium.Env``.
+    """Wraps an envhub env (an :class:`~envhub.episode.EpisodeEnv`: a local :class:`Env` or a served
+    one) as a ``gymnasium.Env``. Actions may be as long as a local env's budget allows (a served
+    env's budget is not known here: :data:`MAX_TEXT`).
 
     ``terminated`` means the verifier decided (success or failure); ``truncated`` means a budget
     or the context cut the episode short -- the distinction a value function needs.
@@ -77,11 +80,12 @@ class GymEnv(gymnasium.Env[str, str]):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, env: Env, render_mode: str | None = None):
+    def __init__(self, env: EpisodeEnv, render_mode: str | None = None):
         self.env = env
         self.render_mode = render_mode
         self.observation_space = PrintableText()
-        self.action_space = PrintableText(max_length=env.budget.max_action_chars)
+        limit = env.budget.max_action_chars if isinstance(env, Env) else MAX_TEXT
+        self.action_space = PrintableText(max_length=limit)
         self._last_text = ""
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:

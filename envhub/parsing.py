@@ -326,3 +326,28 @@ def sanitize_calls(calls: list[ToolCall]) -> tuple[list[ToolCall], str | None]:
         except ValueError as exc:
             return [], f"malformed tool call `{sanitize_text(call.name)}`: {exc}"
     return clean, None
+
+
+def read_action(action: str | Action | dict[str, Any]) -> tuple[Action, str | None]:
+    """``action`` as an Action with sanitized text and tool calls (:func:`coerce_action`,
+    :func:`sanitize_calls`), and why its structured calls cannot run (None: they can, or it has none)."""
+    action = coerce_action(action)
+    if not action.tool_calls:
+        return action, None
+    calls, error = sanitize_calls(action.tool_calls)
+    return action.model_copy(update={"tool_calls": calls}), error
+
+
+def action_calls(action: Action, parser: ToolCallParser, max_chars: int) -> tuple[list[ToolCall], str | None]:
+    """The tool calls of ``action`` (its structured ones, else those ``parser`` reads in its text), or
+    why it has none that can run: it is longer than ``max_chars``, unparseable, or calls nothing."""
+    if len(action.text) > max_chars:
+        return [], f"your message is {len(action.text)} characters long; the limit is {max_chars}"
+    if action.tool_calls is not None:
+        calls = action.tool_calls
+    else:
+        parsed = parser.parse(action.text)
+        if parsed.error:
+            return [], parsed.error
+        calls = parsed.calls
+    return calls, None if calls else "no tool call found"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
-from envhub.env import Env
+from envhub.episode import EpisodeEnv
 from envhub.parsing import format_tool_call
 from envhub.types import Observation, Sample, TokenView, ToolSpec
 
@@ -59,7 +59,7 @@ class Agent(Protocol):
 class Policy(Protocol):
     name: str
 
-    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent: ...
+    def start(self, env: EpisodeEnv, observation: Observation, *, seed: int) -> Agent: ...
 
     def describe(self) -> dict[str, Any]:
         """Versions and sampling parameters for the trajectory record."""
@@ -89,7 +89,7 @@ class ScriptedPolicy:
         self.turns = list(turns)
         self.name = name
 
-    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
+    def start(self, env: EpisodeEnv, observation: Observation, *, seed: int) -> Agent:
         return _ScriptedAgent(self.turns, lambda: _empty_submission(env, observation))
 
     def describe(self) -> dict[str, Any]:
@@ -101,7 +101,7 @@ class GoldPolicy:
 
     name = "gold"
 
-    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
+    def start(self, env: EpisodeEnv, observation: Observation, *, seed: int) -> Agent:
         assert env.episode is not None
         gold = [a.text for a in env.gold_actions(env.episode.task)]
         return _ScriptedAgent(gold, lambda: _empty_submission(env, observation))
@@ -115,7 +115,7 @@ class NoopPolicy:
 
     name = "noop"
 
-    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
+    def start(self, env: EpisodeEnv, observation: Observation, *, seed: int) -> Agent:
         submit = _empty_submission(env, observation)
         return _ScriptedAgent([submit], lambda: submit)
 
@@ -132,7 +132,7 @@ class RandomPolicy:
 
     name = "random"
 
-    def start(self, env: Env, observation: Observation, *, seed: int) -> Agent:
+    def start(self, env: EpisodeEnv, observation: Observation, *, seed: int) -> Agent:
         return _RandomAgent(observation.tools, random.Random(seed))
 
     def describe(self) -> dict[str, Any]:
@@ -175,7 +175,7 @@ def _random_value(rng: random.Random, schema: dict[str, Any]) -> Any:
     return None
 
 
-def _empty_submission(env: Env, observation: Observation) -> str:
+def _empty_submission(env: EpisodeEnv, observation: Observation) -> str:
     """A call of the env's terminal tool with empty values for its required arguments."""
     name = env.terminal_tool
     spec = next((t for t in observation.tools if t.name == name), None)

@@ -3,6 +3,7 @@
 Built-in families and third-party plugins register the same way: an entry point in the group
 ``envhub.envs`` names a callable that calls :func:`register`. Every registered env is mirrored
 into Gymnasium's registry, so ``gymnasium.make("envhub/<Name>-v0")`` works after ``import envhub``.
+A family registers its env by import path (``"module:Class"``), so registering loads none of it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import difflib
 import importlib
 import inspect
 import logging
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +40,6 @@ class EnvSpec:
     entry_point: str | Callable[..., Env]
     kwargs: dict[str, Any] = field(default_factory=dict)
     description: str = ""
-    sandbox: str = "none"
 
     def load(self) -> Callable[..., Env]:
         if callable(self.entry_point):
@@ -52,7 +51,6 @@ class EnvSpec:
 _REGISTRY: dict[str, EnvSpec] = {}
 _lock = threading.RLock()
 _plugins_loaded = False
-_loaded_entry_points: set[str] = set()
 
 
 def register(
@@ -60,13 +58,12 @@ def register(
     entry_point: str | Callable[..., Env],
     *,
     description: str = "",
-    sandbox: str = "none",
     **kwargs: Any,
 ) -> EnvSpec:
     """Register an env. ``entry_point`` is a class/factory or a ``"module:attr"`` string."""
     if "/" not in env_id or not env_id.rsplit("-v", 1)[-1].isdigit():
         raise ValueError(f"env id {env_id!r} must look like 'namespace/Name-v0'")
-    spec = EnvSpec(env_id, entry_point, dict(kwargs), description, sandbox)
+    spec = EnvSpec(env_id, entry_point, dict(kwargs), description)
     with _lock:
         _REGISTRY[env_id] = spec
     _register_with_gymnasium(spec)
@@ -148,38 +145,21 @@ def list_envs() -> list[EnvSpec]:
 def load_plugins() -> None:
     """Run every ``envhub.envs`` entry point once (built-in families use the same group).
 
-    Registry lookups call this, so plugins load on first use. An entry point whose module is
-    still being imported (a plugin package that imports ``envhub`` from its own ``__init__``) is
-    not run now, which would hit its half-initialised module, but on the next lookup.
+    ``import envhub`` calls this, and so do registry lookups. An entry point's module should
+    import neither ``envhub`` nor its env at module level: it registers the env by import path,
+    so that importing the plugin package first (its env imports ``envhub``, which runs this)
+    never meets a half-initialised module.
     """
     global _plugins_loaded
     with _lock:
         if _plugins_loaded:
             return
-        pending = False
+        _plugins_loaded = True
         for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.value in _loaded_entry_points:
-                continue
-            if _being_imported(ep.value.partition(":")[0]):
-                pending = True
-                continue
-            _loaded_entry_points.add(ep.value)
             try:
                 ep.load()()
             except Exception as exc:  # a broken plugin must not break envhub for everyone
                 log.warning("envhub plugin %s (%s) failed to load: %r", ep.name, ep.value, exc)
-        _plugins_loaded = not pending
-
-
-def _being_imported(module: str) -> bool:
-    """Whether ``module`` or a package above it (other than envhub itself) is mid-import."""
-    parts = module.split(".")
-    for n in range(1, len(parts) + 1):
-        name = ".".join(parts[:n])
-        spec = getattr(sys.modules.get(name), "__spec__", None)
-        if name != "envhub" and getattr(spec, "_initializing", False):
-            return True
-    return False
 
 
 def _register_with_gymnasium(spec: EnvSpec) -> None:

@@ -16,7 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from envhub.store import JsonlStore, read_jsonl, write_json_atomic, write_text_atomic
+from pydantic import ValidationError
+
+from envhub.store import (
+    CorruptRecordError,
+    JsonlStore,
+    jsonl_lines,
+    parse_record,
+    read_jsonl,
+    write_json_atomic,
+    write_text_atomic,
+)
 from envhub.types import TrajectoryRecord
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -25,7 +35,30 @@ IDENTITY = "run.json"
 
 
 class RunFileError(ValueError):
-    """A file of a run directory exists but is unreadable or not a JSON object; says which and why."""
+    """A run directory, or a file in it, cannot be read as what it should be; says which and why."""
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in the file at ``path``; RunFileError when it is unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunFileError(f"{path} is unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise RunFileError(f"{path} is not a JSON object")
+    return data
+
+
+def _record(path: Path, n: int, raw: bytes) -> TrajectoryRecord:
+    """Line ``n`` of ``path`` through Python's JSON parser, which reads a few lines pydantic's refuses
+    (an escaped lone surrogate): the record, or CorruptRecordError saying what is wrong with the line."""
+    try:
+        return TrajectoryRecord.model_validate(parse_record(path, n, raw))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "record"
+        more = f", and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+        raise CorruptRecordError(path, n, f"not a trajectory record ({where}: {first['msg']}{more})") from None
 
 
 class Run:
@@ -125,26 +158,26 @@ class Run:
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Every complete record as a plain dict, in file order (a torn last line is left out;
-        :class:`~envhub.store.CorruptRecordError` names a broken middle line)."""
+        :class:`~envhub.store.CorruptRecordError` names a broken middle line). For raw JSON only:
+        what reads episodes reads :meth:`records`."""
         return read_jsonl(self.trajectories_path)
 
     def records(self) -> Iterator[TrajectoryRecord]:
-        """Every complete record, validated, in file order (see :meth:`rows`)."""
-        return (TrajectoryRecord.model_validate(row) for row in self.rows())
+        """Every complete record as a :class:`TrajectoryRecord`, in file order (a torn last line is
+        left out); :class:`~envhub.store.CorruptRecordError` names the file and line of one that is
+        not JSON or not a trajectory record, and what is wrong with it, on one line."""
+        path = self.trajectories_path
+        for n, raw in jsonl_lines(path):
+            try:
+                yield TrajectoryRecord.model_validate_json(raw)
+            except ValidationError:
+                yield _record(path, n, raw)
 
     def read_json(self, name: str) -> dict[str, Any] | None:
         """The JSON object in ``path/name``; None when the file does not exist, RunFileError when
         it is unreadable or not an object."""
         path = self.path / name
-        if not path.exists():
-            return None
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise RunFileError(f"{name} is unreadable ({exc})") from None
-        if not isinstance(data, dict):
-            raise RunFileError(f"{name} is not a JSON object")
-        return data
+        return read_json_object(path) if path.exists() else None
 
     def report(self) -> dict[str, Any] | None:
         """``report.json`` (see :meth:`read_json`)."""
@@ -218,8 +251,9 @@ class TrainingRun:
         return self.path / self.SFT
 
     def sft(self) -> dict[str, Any] | None:
-        """The SFT stage's record (``sft.json``: examples, seconds, the loss and entropy curve), if any."""
-        return json.loads(self.sft_path.read_text(encoding="utf-8")) if self.sft_path.exists() else None
+        """The SFT stage's record (``sft.json``: examples, seconds, the loss and entropy curve), if any
+        (RunFileError when it is unreadable)."""
+        return read_json_object(self.sft_path) if self.sft_path.exists() else None
 
     @property
     def rollouts_dir(self) -> Path:
@@ -248,7 +282,8 @@ class TrainingRun:
         return self.path / "best.json"
 
     def best(self) -> dict[str, Any] | None:
-        return json.loads(self.best_path.read_text(encoding="utf-8")) if self.best_path.exists() else None
+        """``best.json``, if any (RunFileError when it is unreadable)."""
+        return read_json_object(self.best_path) if self.best_path.exists() else None
 
     @property
     def weights_dir(self) -> Path:
@@ -294,4 +329,4 @@ class TrainingRun:
         return [r for r in rows if r["step"] > step]
 
 
-__all__ = ["IDENTITY", "REPORT", "TRAJECTORIES", "Run", "RunFileError", "TrainingRun"]
+__all__ = ["IDENTITY", "REPORT", "TRAJECTORIES", "Run", "RunFileError", "TrainingRun", "read_json_object"]

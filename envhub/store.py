@@ -75,19 +75,29 @@ class CorruptRecordError(ValueError):
 def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
     """Complete records of a JSONL file; a torn last line (no newline) is ignored. A complete
     line that is not a JSON object raises :class:`CorruptRecordError`."""
+    for n, raw in jsonl_lines(path):
+        yield parse_record(path, n, raw)
+
+
+def jsonl_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each complete, non-blank line of a JSONL file (see :func:`read_jsonl`)."""
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, 1):
-            if not raw.endswith(b"\n") or not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise CorruptRecordError(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
-            except UnicodeDecodeError:
-                raise CorruptRecordError(path, n, "not UTF-8") from None
-            if not isinstance(record, dict):
-                raise CorruptRecordError(path, n, f"a JSON {type(record).__name__}, not a record")
-            yield record
+            if raw.endswith(b"\n") and raw.strip():
+                yield n, raw
+
+
+def parse_record(path: str | Path, n: int, raw: bytes) -> dict[str, Any]:
+    """Line ``n`` of the JSONL file ``path`` as a JSON object, or :class:`CorruptRecordError`."""
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CorruptRecordError(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except UnicodeDecodeError:
+        raise CorruptRecordError(path, n, "not UTF-8") from None
+    if not isinstance(record, dict):
+        raise CorruptRecordError(path, n, f"a JSON {type(record).__name__}, not a record")
+    return record
 
 
 class StoreWriteError(OSError):

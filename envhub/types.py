@@ -1,8 +1,8 @@
 """The episode model: every value that crosses a boundary (env, policy, verifier, trainer, disk).
 
 All models are pydantic v2 and round-trip through JSON unchanged. Names and outcome values are
-fixed by DESIGN.md; external trainers and old runs read them, so they change only with
-``SCHEMA_VERSION``.
+fixed (the record: docs/trajectory-schema.md; the outcomes and their classes: README.md,
+"Outcomes"); external trainers and old runs read them, so they change only with ``SCHEMA_VERSION``.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ class TokenView(_Model):
 
 
 class TrajectoryRecord(_Model):
-    """One JSON object per episode (DESIGN.md, "Trajectory record")."""
+    """One JSON object per episode: a line of a run's ``trajectories.jsonl`` (docs/trajectory-schema.md)."""
 
     schema_version: int = SCHEMA_VERSION
     episode_id: str

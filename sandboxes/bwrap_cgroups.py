@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from envhub.sandboxes.dockerapi import LABEL_HOST, LABEL_OWNED, LABEL_PID
 from envhub.sandboxes.leftovers import owner_gone
+from envhub.sandboxes.procs import stat_value
 
 log = logging.getLogger(__name__)
 
@@ -184,18 +185,6 @@ def _write(path: str, value: str) -> None:
         fh.write(value)
 
 
-def _read_int_field(path: str, key: str) -> int:
-    try:
-        with open(path) as fh:
-            for line in fh:
-                name, _, value = line.partition(" ")
-                if name == key:
-                    return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 def _members(path: str) -> set[int]:
     try:
         with open(os.path.join(path, "cgroup.procs")) as fh:
@@ -281,11 +270,11 @@ class SandboxCgroup:
     def oom_kills(self) -> int:
         """How many processes the kernel has killed for the sandbox's memory limit so far."""
         name = "memory.oom_control" if self.version == 1 else "memory.events"
-        return _read_int_field(os.path.join(self._memory, name), "oom_kill")
+        return stat_value([os.path.join(self._memory, name)], "oom_kill")
 
     def shmem_bytes(self) -> int:
         """Memory of the sandbox that no process holds alone: tmpfs files, SysV segments, memfds."""
-        return _read_int_field(os.path.join(self._memory, "memory.stat"), "shmem")
+        return stat_value([os.path.join(self._memory, "memory.stat")], "shmem")
 
     def peak_bytes(self) -> int | None:
         """The most memory the sandbox has held at once (None where the kernel does not say)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from envhub.errors import InfraError
 from envhub.sandboxes.base import SandboxSpec
-from envhub.sandboxes.factory import create_sandbox
+from envhub.sandboxes.factory import check_request, create_sandbox
 from envhub.sandboxes.selection import requested_backend, select_backend
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class SandboxNeeds(Protocol):
 
 
 class EpisodeSandbox(Protocol):
-    """The part of an episode that holds its sandbox (see :class:`envhub.env.Episode`)."""
+    """The part of an episode that holds its sandbox (see :class:`envhub.episode.Episode`)."""
 
     sandbox: Sandbox | None
     sandbox_image: str | None
@@ -64,9 +64,7 @@ class SandboxDoor:
     """
 
     def __init__(self, needs: SandboxNeeds, *, backend: str = "auto", pool: int = 8) -> None:
-        requested_backend(backend)  # an unknown name fails here, not in every episode
-        if isinstance(pool, bool) or not isinstance(pool, int) or pool < 0:
-            raise TypeError(f"sandbox_pool must be a non-negative integer, got {pool!r}")
+        check_request(backend, pool, "sandbox_pool")  # fails here, not in every episode
         self.needs = needs
         self.backend = backend
         self.pool = pool

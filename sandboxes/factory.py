@@ -69,6 +69,23 @@ def default_pool_size() -> int:
     return int(raw)
 
 
+class PoolSizeError(ValueError, TypeError):
+    """A sandbox pool size that is no non-negative integer. Both kinds of error: ``create_sandbox``
+    has always raised a ValueError for one, and an env's ``sandbox_pool`` a TypeError."""
+
+
+def check_request(backend: str, pool: object, what: str) -> int:
+    """``pool`` as a pool size, after the checks of a request that need no probe: ValueError for
+    an unknown ``backend`` name (see :func:`~envhub.sandboxes.selection.requested_backend`),
+    :class:`PoolSizeError` for a ``pool`` that is no non-negative integer (``what`` names it)."""
+    from envhub.sandboxes.selection import requested_backend
+
+    requested_backend(backend)
+    if isinstance(pool, bool) or not isinstance(pool, int) or pool < 0:
+        raise PoolSizeError(f"{what} is no pool size (a non-negative integer): {pool!r}")
+    return pool
+
+
 def create_sandbox(backend: str = "auto", spec: SandboxSpec | None = None, *, pool: int | None = None,
                    isolate: bool = False) -> Sandbox:
     """A started sandbox with its own, empty work dir. Close it (or use ``with``) when done.
@@ -81,13 +98,12 @@ def create_sandbox(backend: str = "auto", spec: SandboxSpec | None = None, *, po
     ``isolate``: the caller runs code next to something that code must not see (hidden tests), so
     the ``process`` backend, which hides nothing, is used only when asked for by name
     (``backend`` or ``ENVHUB_SANDBOX``); where ``auto`` finds nothing better, SandboxError
-    (:data:`ISOLATION_REFUSED`) says how to fix that and what running without isolation loses. ValueError for an unknown backend name or a negative pool size.
+    (:data:`ISOLATION_REFUSED`) says how to fix that and what running without isolation loses.
+    ValueError for an unknown backend name or a pool size that is no non-negative integer.
     """
     from envhub.sandboxes.selection import requested_backend, select_backend
 
-    size = default_pool_size() if pool is None else pool
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise ValueError(f"a sandbox pool size is a non-negative integer, not {pool!r}")
+    size = check_request(backend, default_pool_size() if pool is None else pool, "pool")
     name = select_backend(backend)
     if isolate and name == "process":
         if requested_backend(backend) != "process":

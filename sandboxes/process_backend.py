@@ -18,7 +18,7 @@ import tempfile
 import warnings
 from typing import Any
 
-from envhub.sandboxes import cleanup, fsops, leftovers
+from envhub.sandboxes import cleanup, fsops, leftovers, spawner
 from envhub.sandboxes.base import SandboxSpec
 from envhub.sandboxes.channel import PipeTransport, Transport
 from envhub.sandboxes.resident import BASE_ENV, ResidentSandbox, executor_argv
@@ -138,11 +138,7 @@ class ProcessSandbox(ResidentSandbox):
             for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
                     stream.close()
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            spawner.stop(proc, 2, terminate=False)
         self._stderr.close()
         base_fd, self._base_fd = self._base_fd, -1
         if base_fd < 0:

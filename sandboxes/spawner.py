@@ -1,6 +1,7 @@
-"""Start child processes from one long-lived thread.
+"""The host's child processes: started from one long-lived thread (:func:`popen`), and stopped
+(:func:`stop`).
 
-Why: bwrap's ``--die-with-parent`` uses ``PR_SET_PDEATHSIG``, which fires when the *thread*
+Why one thread: bwrap's ``--die-with-parent`` uses ``PR_SET_PDEATHSIG``, which fires when the *thread*
 that forked the child exits -- not the process. A sandbox started from a pool's refill thread
 or a caller's worker thread would be SIGKILLed the moment that thread finished. Forking from a
 daemon thread that lives as long as the process keeps "dies with its parent" meaning "dies
@@ -52,3 +53,15 @@ def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
     future: Future[subprocess.Popen[bytes]] = Future()
     _requests.put((future, args, kwargs))
     return future.result()
+
+
+def stop(proc: subprocess.Popen[Any], grace_s: float, *, terminate: bool = True) -> None:
+    """End ``proc`` and reap it: SIGTERM (unless ``terminate`` is False: the caller asked it to
+    exit some other way, such as closing its stdin), ``grace_s`` seconds to exit, then SIGKILL."""
+    if terminate and proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

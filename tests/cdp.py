@@ -22,6 +22,8 @@ from typing import Any
 
 from websockets.sync.client import connect
 
+from envhub.sandboxes.spawner import stop
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--remote-debugging-port=0", "--window-size=1280,1024"]
 
@@ -130,11 +132,5 @@ def load_page(url: str, expression: str, *, settle_s: float = 0.5, timeout: floa
             s.call("Browser.close")
         return result
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)
         shutil.rmtree(profile, ignore_errors=True)

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer"))
 
 from letter_env import FirstLetterEnv, _FirstLetter
 
-from envhub.env import Episode
+from envhub.episode import Episode
 from envhub.errors import InfraError
 from envhub.registry import register
 from envhub.types import Task, Verdict

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from envhub.sandboxes import SandboxPool, SandboxSpec, cleanup
+from envhub.sandboxes import Sandbox, SandboxPool, SandboxSpec, cleanup, new_sandbox
 from envhub.sandboxes.base import Limits
 
 REQUIRED = {b.strip() for b in os.environ.get("ENVHUB_REQUIRE_SANDBOXES", "").split(",") if b.strip()}
@@ -76,14 +78,35 @@ def assert_no_leaked_containers() -> None:
     assert not leaked, f"envhub containers leaked: {leaked}"
 
 
+def _closed_at_end() -> Iterator[dict[str, Any]]:
+    opened: dict[str, Any] = {}
+    yield opened
+    for each in opened.values():
+        each.close()
+    assert_no_leaked_containers()
+
+
+@pytest.fixture(scope="module")
+def sandboxes() -> Iterator[dict[str, Sandbox]]:
+    """One sandbox per backend for the whole module, started on first use (:func:`get_sandbox`),
+    closed (and leak-checked) at the end."""
+    yield from _closed_at_end()
+
+
+def get_sandbox(opened: dict[str, Sandbox], backend: str, spec: SandboxSpec) -> Sandbox:
+    require_backend(backend)
+    if backend not in opened:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # process backend: trusted-only
+            opened[backend] = new_sandbox(backend, spec)
+    return opened[backend]
+
+
 @pytest.fixture(scope="module")
 def battery_pools() -> Iterator[dict[str, SandboxPool]]:
-    """One small warm pool per backend, created on first use, closed (and leak-checked) at the end."""
-    pools: dict[str, SandboxPool] = {}
-    yield pools
-    for pool in pools.values():
-        pool.close()
-    assert_no_leaked_containers()
+    """One small warm pool per backend, created on first use (:func:`get_pool`), closed (and
+    leak-checked) at the end."""
+    yield from _closed_at_end()
 
 
 def get_pool(pools: dict[str, SandboxPool], backend: str, limits: Limits = BATTERY_LIMITS) -> SandboxPool:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from envhub.adapters.engines.continuous_batching import cache_keyword, output_cache
 from envhub.adapters.engines.precision import forward_precision
-from envhub.adapters.engines.transformers_engine import cache_keyword, output_cache
 from envhub.trainer.grpo import entropy, token_logprobs
 
 CPU = torch.device("cpu")

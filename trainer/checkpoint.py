@@ -21,15 +21,19 @@ number) and are kept on disk as they finish (``RUN/rollouts/step-N/``), so a res
 the pending samples of the interrupted step and trains each step exactly once.
 
 :func:`save` and :func:`restore` do it for the trainer's models (:class:`~envhub.trainer.models.PolicyModels`),
-every rank taking its part; the functions below them are the steps.
+every rank taking its part; the functions below them are the steps. Before any of it, :func:`claim`
+makes the directory this run's (``RUN/config.json``), and :func:`resume` picks a run up at its
+latest checkpoint, with the :class:`Replay` of the steps it trains again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,9 +44,16 @@ import torch
 from envhub.run_dir import TrainingRun
 from envhub.store import write_json_atomic, write_text_atomic
 from envhub.trainer import fsdp
+from envhub.trainer.config import TrainConfig, parse_config
+from envhub.types import TrajectoryRecord
 
 if TYPE_CHECKING:
     from envhub.trainer.models import PolicyModels
+
+
+class TrainingError(RuntimeError):
+    """The run cannot go on (an audit failure with ``audit_failure: stop``, a run directory that
+    holds another run); the message says why."""
 
 
 #: Settings a resumed run may change (a section's field as ``section.field``): how long it runs, what it
@@ -88,6 +99,72 @@ class TrainState:
         """``step`` is done: the data cursor is past its groups."""
         self.step, self.cursor = step, self.cursor + groups_drawn
         self.untrained_streak = 0 if trained else self.untrained_streak + 1
+
+
+def claim(files: TrainingRun, config: TrainConfig, dist: fsdp.DistInfo, *, resume: bool) -> None:
+    """Every rank: ``RUN/config.json`` names the run (rank 0 writes it); another config in the same
+    directory is refused, and so is starting over a run that has checkpoints without ``resume``."""
+    path, mine = files.config_path, config.dump()
+    if path.exists():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        with contextlib.suppress(ValueError):  # a config saved before a setting existed: its default
+            before = parse_config(before).dump()
+        differ = run_differences(before, mine)
+        if differ:
+            raise TrainingError(f"{files.path} holds another run (different {'; '.join(differ[:4])}); "
+                                "use another run_dir")
+        if not resume and latest_checkpoint(files.path) is not None:
+            raise TrainingError(f"{files.path} already has checkpoints: pass --resume to continue it, "
+                                "or use another run_dir")
+    if dist.is_main:
+        write_json_atomic(path, mine)
+    fsdp.barrier(dist)
+
+
+class Replay:
+    """What a resumed run trains again: the steps after its checkpoint, or every step of a run
+    stopped before its first (``lines``: their lines of ``steps.jsonl``, which rank 0 took out of
+    the file) and, of this process's steps, the episodes that came back from disk (``reused``)
+    instead of being sampled."""
+
+    def __init__(self, lines: dict[int, dict[str, Any]] | None = None) -> None:
+        self.lines = lines or {}
+        self.reused: set[str] = set()
+
+    def take_reused(self, records: list[TrajectoryRecord]) -> list[TrajectoryRecord]:
+        """The records of a step that came back from disk (then forgotten: the next step has its
+        own)."""
+        reused = [r for r in records if r.episode_id in self.reused]
+        self.reused.clear()
+        return reused
+
+    def stamp(self, line: dict[str, Any]) -> dict[str, Any]:
+        """The line of a step: of a step trained again, with the first run's rollout time and
+        throughput (its episodes came back from disk), marked ``replayed``."""
+        original = self.lines.pop(line["step"], None)
+        if original is None:
+            return line
+        return {**line, "time": {**line["time"], "rollout_s": original["time"]["rollout_s"]},
+                "tokens_per_second": original["tokens_per_second"], "replayed": True}
+
+
+def resume(files: TrainingRun, models: PolicyModels, dist: fsdp.DistInfo,
+           log: Callable[[str], None]) -> tuple[TrainState, Replay]:
+    """Every rank: the run's state at its latest checkpoint, restored into ``models``
+    (:func:`restore`) and the engine, and the :class:`Replay` of the steps after it; without a
+    checkpoint (a run stopped before its first), step 0 and the Replay of every step it did, said
+    in one line."""
+    path = latest_checkpoint(files.path)
+    if path is None:
+        state = TrainState()
+        log(f"resume: no checkpoint yet in {files.path}: starting from step 0 (episodes and evals "
+            "already on disk are reused)")
+    else:
+        state, weights = restore(path, models, dist)
+        models.publish(state.weight_version, weights)
+        log(f"resumed from {path.name} (step {state.step}, weight version {state.weight_version})")
+    replayed = files.keep_steps_upto(state.step) if dist.is_main and files.steps_path.exists() else []
+    return state, Replay({r["step"]: r for r in replayed})
 
 
 def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.DistInfo, *, keep: int) -> None:
@@ -147,6 +224,13 @@ def _save_tensor_file(obj: Any, path: Path) -> None:
         torch.save(obj, fh)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's, numpy's and torch's RNGs (the states a checkpoint keeps)."""
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch.manual_seed(seed)
 
 
 def rng_state(engine_rng: torch.Generator | None) -> dict[str, Any]:

@@ -82,7 +82,7 @@ class AlgorithmConfig(_Section):
     #: None: the same as clip_low (dapo's paper uses 0.28)
     clip_high: float | None = Field(None, ge=0)
     std_normalize: bool = True
-    #: outcome classes whose episodes never enter the loss (DESIGN.md: infra failures); a list
+    #: outcome classes whose episodes never enter the loss (infra failures are ours, not the policy's); a list
     #: without infra_failure is refused unless train_on_infra is true
     exclude_classes: tuple[str, ...] = ("infra_failure",)
     #: train on infra outcomes (env_error, verifier_error, engine_error) as reward-0 failures anyway
@@ -238,8 +238,9 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _engine_spec(self) -> TrainConfig:
-        if self.engine != "transformers" and not self.engine.startswith("sglang:"):
-            raise ValueError(f"engine must be 'transformers' or 'sglang:URL', got {self.engine!r}")
+        from envhub.adapters.engines.factory import engine_kind
+
+        engine_kind(self.engine)  # an unknown spec is refused with the known ones
         return self
 
     def dump(self) -> dict[str, Any]:

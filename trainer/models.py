@@ -1,8 +1,9 @@
 """The trainer's models, built from its config (:class:`PolicyModels`): the trained module (FSDP2-
 sharded, :mod:`envhub.trainer.fsdp`), its frozen reference for the KL term (the policy GRPO starts
 from, after the SFT stage: :meth:`PolicyModels.freeze_reference`), AdamW and the LR schedule,
-the rollout engine (in process, or an SGLang server) with the model policy over it, and the weight push
-from the trained module to the engine (:mod:`envhub.trainer.weight_sync`).
+the rollout engine (:func:`~envhub.adapters.engines.factory.make_engine`: in process, or an SGLang server)
+with the model policy over it, and the weight push from the trained module to the engine
+(:mod:`envhub.trainer.weight_sync`).
 
 Everything is on the run's device (``device``; :func:`envhub.trainer.fsdp.init_distributed`) and computes its
 forward passes in ``dtype`` (:mod:`envhub.adapters.engines.precision`); the weights stay fp32.
@@ -19,13 +20,14 @@ from typing import Any
 
 import torch
 
+from envhub.adapters.engines.factory import LocalModel, make_engine
 from envhub.adapters.engines.precision import COMPUTE_DTYPES
 from envhub.adapters.model_policy import ModelPolicy
 from envhub.trainer import fsdp, lora
 from envhub.trainer.activations import ActivationCheckpointing
 from envhub.trainer.config import TrainConfig
 from envhub.trainer.update import adamw, lr_factor
-from envhub.trainer.weight_sync import WeightSyncError, weight_sync_for, write_hf_dir
+from envhub.trainer.weight_sync import weight_sync_for, write_hf_dir
 
 
 class PolicyModels:
@@ -50,8 +52,12 @@ class PolicyModels:
         if config.algorithm.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.reference_ready = False
-        self.shared = config.rollout.share_weights and not dist.distributed and config.engine == "transformers"
-        self.engine = self._make_engine(model)
+        local = LocalModel(model, self.tokenizer, share=config.rollout.share_weights and not dist.distributed,
+                           max_batch_size=max(config.rollout.concurrency, 1), weight_version="0",
+                           seed=config.seed + dist.rank, model_id=str(model_dir), compute_dtype=self.compute_dtype)
+        # Any: the trainer also uses what engines offer beyond the protocol (sampler_rng, mark_weights_updated)
+        self.engine: Any = make_engine(config.engine, model=local, max_context=config.rollout.max_context)
+        self.shared = getattr(self.engine, "model", None) is model
         try:
             optim = config.optim
             self.checkpointing = ActivationCheckpointing(model, optim.activation_checkpointing,
@@ -63,24 +69,10 @@ class PolicyModels:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda update: lr_factor(self.config, update))
             self.sync = weight_sync_for(self.engine, base_model_dir=model_dir, staging_dir=staging_dir,
-                                        timeout_s=config.weight_sync_timeout_s)
+                                        timeout_s=config.weight_sync_timeout_s, model_dir_state=self.model_dir_state)
         except BaseException:
             self.engine.close()
             raise
-
-    def _make_engine(self, model: torch.nn.Module) -> Any:
-        cfg = self.config
-        if cfg.engine.startswith("sglang:"):
-            from envhub.adapters.engines.sglang_client import SGLangEngine
-
-            return SGLangEngine(cfg.engine.removeprefix("sglang:"), max_context=cfg.rollout.max_context)
-        from envhub.adapters.engines.transformers_engine import TransformersEngine
-
-        # Rollouts come from an unsharded model: generating through FSDP's all-gathers is ~5x slower.
-        return TransformersEngine(model if self.shared else copy.deepcopy(model).eval(), self.tokenizer,
-                                  max_context=cfg.rollout.max_context, max_batch_size=max(cfg.rollout.concurrency, 1),
-                                  weight_version="0", seed=cfg.seed + self.dist.rank, model_id=str(self.model_dir),
-                                  compute_dtype=self.compute_dtype)
 
     def policy(self, params: Any, *, name: str | None = None) -> ModelPolicy:
         """The model policy over the engine, sampling with ``params``; ``name`` (default: the model dir it
@@ -137,30 +129,13 @@ class PolicyModels:
         return lora.complete_state(saved, fsdp.full_state_dict(self.model, self.dist))
 
     def publish(self, version: str, state: dict[str, torch.Tensor] | None = None) -> None:
-        """The engine samples with the trained weights as ``version`` from now on: a shared module only
-        changes its version; otherwise the full weights (``state``, or gathered now) are pushed."""
+        """The engine samples with the trained weights as ``version`` from now on (every rank calls it): a
+        shared module only changes its version; otherwise the sync pushes the full weights (``state``, or
+        gathered now), and a failed or hung update stops the run (WeightSyncError)."""
         if self.shared:
             self.engine.mark_weights_updated(version)
             return
-        self._push(state if state is not None else fsdp.full_state_dict(self.model, self.dist), version)
-
-    def _push(self, state: dict[str, torch.Tensor], version: str) -> None:
-        """New weights to the engine; a failed or hung update stops the run (WeightSyncError)."""
-        if not self.config.engine.startswith("sglang:"):
-            self.sync.push(state, version)
-            return
-        state = self.model_dir_state(state)
-        error = None  # one server for every rank: rank 0 updates it, and every rank learns whether it worked
-        if self.dist.is_main:
-            try:
-                self.sync.push(state, version)
-            except WeightSyncError as exc:
-                error = exc
-        failed = fsdp.all_reduce_sum({"failed": float(error is not None)}, self.dist)["failed"]
-        if error is not None:
-            raise error
-        if failed:
-            raise WeightSyncError(f"rank 0 could not give the SGLang server weight version {version}; see its log")
+        self.sync.push(state if state is not None else fsdp.full_state_dict(self.model, self.dist), version, self.dist)
 
     def close(self) -> None:
         """Stop the engine (idempotent)."""

@@ -6,11 +6,15 @@ importance-weight bounds that zero every token's weight, a split or curriculum w
 chat format that cannot show the model its tools, a budget in which no turn fits; or a wrong signal:
 infra outcomes trained as the policy's failures. The error names the setting and what to change.
 :func:`config_notes` are the lines said, not refused (which model is the KL reference).
+
+What the config names must be there, also checked before any model loads: the model
+(:func:`check_model`) and the env with its args and split (:func:`open_env`, :func:`split_tasks`);
+each missing one is a line of its own (:func:`raise_unavailable`), not a traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from envhub.env import Env
@@ -20,6 +24,62 @@ from envhub.trainer.trackers import missing_packages, tracker_names
 
 class PreflightError(ValueError):
     """The config cannot train anything; the message lists every reason."""
+
+
+#: what an env's constructor and its task listing raise for args that name nothing there (an unknown
+#: env id is a KeyError, an unknown argument a TypeError, an unknown dataset or split a ValueError)
+ENV_ERRORS = (ImportError, KeyError, TypeError, ValueError)
+
+
+def check_model(config: TrainConfig) -> list[str]:
+    """``model`` must be a known model (prepared, or its package installed) or a local model dir."""
+    from envhub.adapters.engines.models import KNOWN_MODELS, ModelNotAvailableError, find_gguf, resolve_model
+
+    name = config.model.removeprefix("hf:").split("?", 1)[0]
+    try:
+        resolve_model(config.model, prepare=False)
+    except ModelNotAvailableError as exc:
+        if name not in KNOWN_MODELS:
+            return [f"model: {exc}"]
+        try:
+            find_gguf(KNOWN_MODELS[name])  # not converted yet, but it can be: the trainer prepares it
+        except ModelNotAvailableError as missing:
+            return [f"model {name}: {missing}"]
+    return []
+
+
+def _env_error(config: TrainConfig, exc: BaseException) -> PreflightError:
+    env = config.env
+    args = f" with env.args {env.args}" if env.args else ""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return PreflightError(f"env {env.id!r}{args}, split {env.split!r}: {text}")
+
+
+def open_env(config: TrainConfig, env_factory: Callable[[], Env]) -> Env:
+    """The training split's env, or a one-line PreflightError naming what the config got wrong."""
+    from envhub.registry import UnknownEnvError
+
+    try:
+        return env_factory()
+    except UnknownEnvError as exc:
+        raise PreflightError(f"env.id: {exc}") from None
+    except ENV_ERRORS as exc:
+        raise _env_error(config, exc) from None
+
+
+def split_tasks(config: TrainConfig, env: Env) -> list[str]:
+    """The task ids of ``env``'s split (listing them builds a generated env's tasks: a dataset the
+    env args name wrongly fails here), or a one-line PreflightError."""
+    try:
+        return list(env.tasks.task_ids(env.split))
+    except ENV_ERRORS as exc:
+        raise _env_error(config, exc) from None
+
+
+def raise_unavailable(problems: list[str]) -> None:
+    """What the config names but is not there: one line each."""
+    if problems:
+        raise PreflightError("\n".join(problems))
 
 
 def check_config(config: TrainConfig) -> list[str]:

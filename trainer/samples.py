@@ -17,17 +17,16 @@ from envhub.adapters.audit import check_record
 from envhub.trainer import grpo
 from envhub.trainer.batch import TrainingSample
 from envhub.trainer.config import AlgorithmConfig
-from envhub.types import Outcome, TrajectoryRecord
+from envhub.types import TrajectoryRecord
 
 #: The class of a record whose trajectory failed the token audit: never trained.
 AUDIT_FAILED = "audit_failed"
 
 
-def audit_trajectory(data: dict[str, Any], tokenizer: Any, *, chat_template_hash: str | None,
+def audit_trajectory(record: TrajectoryRecord, tokenizer: Any, *, chat_template_hash: str | None,
                      max_context: int) -> list[str]:
     """The audit's problems with one trajectory record (none: it may enter a batch): the token-record
     invariants, plus: recorded with ``chat_template_hash`` and no longer than ``max_context``."""
-    record = TrajectoryRecord.model_validate(data)
     problems = [f"{i.check}: {i.detail}" for i in check_record(record, tokenizer)]
     if record.versions.chat_template_hash != chat_template_hash:
         problems.append("chat template: recorded with another chat template than the trainer's")
@@ -36,45 +35,32 @@ def audit_trajectory(data: dict[str, Any], tokenizer: Any, *, chat_template_hash
     return problems
 
 
-def informative_groups(records: list[dict[str, Any]], classes: Sequence[str], cfg: AlgorithmConfig) -> list[str]:
-    """The group ids of ``records`` (in their order) that carry a learning signal: at least two trained
-    members (outcome class not excluded, audit passed) whose rewards differ."""
-    rewards: dict[str, set[float]] = {}
-    members: dict[str, int] = {}
-    excluded = {*cfg.exclude_classes, AUDIT_FAILED}
-    for data, cls in zip(records, classes, strict=True):
-        group = data["group_id"]
-        rewards.setdefault(group, set())
-        if cls not in excluded:
-            rewards[group].add(float(data["reward"]))
-            members[group] = members.get(group, 0) + 1
-    return [g for g, seen in rewards.items() if members.get(g, 0) >= 2 and len(seen) > 1]
-
-
-def training_samples(records: list[dict[str, Any]], classes: Sequence[str], cfg: AlgorithmConfig, *,
+def training_samples(records: Sequence[TrajectoryRecord], classes: Sequence[str], cfg: AlgorithmConfig, *,
                      weight_version: str) -> tuple[list[TrainingSample], dict[str, Any]]:
     """The samples of ``records`` (each of outcome class ``classes[i]``, or :data:`AUDIT_FAILED`) and
     the selection's statistics (see :func:`envhub.trainer.grpo.select_samples`), with the audit's
     drops and the weight-version lag of the samples behind ``weight_version``."""
     dropped, lag = list(classes).count(AUDIT_FAILED), 0
-    for data in records:
-        versions = [int(v) for v in data["versions"].get("weight_versions", []) if v is not None]
+    for record in records:
+        versions = [int(v) for v in record.versions.weight_versions if v is not None]
         if versions:
             lag = max(lag, int(weight_version) - min(versions))
     if not records:
         return [], {"audit_dropped": 0, "kept": 0}
-    groups = {g: i for i, g in enumerate(dict.fromkeys(r["group_id"] for r in records))}
-    rewards = torch.tensor([float(r["reward"]) for r in records], device="cpu")  # host-side bookkeeping
-    index = torch.tensor([groups[r["group_id"]] for r in records], device="cpu")
-    truncated = [Outcome(r["outcome"]).is_truncation for r in records]
+    groups = {g: i for i, g in enumerate(dict.fromkeys(r.group_id for r in records))}
+    rewards = torch.tensor([float(r.reward) for r in records], device="cpu")  # host-side bookkeeping
+    index = torch.tensor([groups[r.group_id] for r in records], device="cpu")
+    truncated = [r.outcome.is_truncation for r in records]
     keep, weight, stats = grpo.select_samples(
         list(classes), rewards, index, truncated, exclude_classes=(*cfg.exclude_classes, AUDIT_FAILED),
         drop_zero_variance=cfg.drop_zero_variance, mask_truncated=cfg.mask_truncated)
     kept = keep.nonzero().flatten().tolist()
     advantages = grpo.group_advantages(rewards[kept], index[kept], std_normalize=cfg.std_normalize) \
         if kept else torch.zeros(0, device="cpu")
-    samples = [TrainingSample(records[i]["episode_id"], records[i]["prompt_ids"], records[i]["response_ids"],
-                              records[i]["response_mask"], records[i]["response_logprobs"], float(a), float(weight[i]))
-               for i, a in zip(kept, advantages.tolist(), strict=True)
-               if sum(records[i]["response_mask"]) > 0]
+    samples = []
+    for i, advantage in zip(kept, advantages.tolist(), strict=True):
+        r = records[i]
+        if sum(r.response_mask) > 0:
+            samples.append(TrainingSample(r.episode_id, r.prompt_ids, r.response_ids, r.response_mask,
+                                          r.response_logprobs, float(advantage), float(weight[i])))
     return samples, {**stats, "audit_dropped": dropped, "weight_version_lag": lag}

@@ -1,6 +1,8 @@
 """What a training run tells the outside while it runs: each step's record (:func:`step_record`, one
-line of ``RUN/steps.jsonl``; every rank), and, rank 0 only, a live progress line, Prometheus series
-(``metrics_port``) and the experiment trackers (``loggers``, :mod:`envhub.trainer.trackers`).
+line of ``RUN/steps.jsonl``; every rank), and, rank 0 only, a line per stage of a step as it ends
+(:class:`StepProgress`), a progress line per step, Prometheus series
+(``metrics_port``), the experiment trackers (``loggers``, :mod:`envhub.trainer.trackers`) and, at the
+end, the run's :func:`headline`.
 
 Prometheus series (bounded labels: ``env``, ``outcome``, ``outcome_class``, ``phase``; never an
 episode id or a prompt): the rollout series of :class:`envhub.rollout.metrics.RolloutMetrics` for the
@@ -19,14 +21,73 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envhub.progress import elapsed
 from envhub.trainer import fsdp
 from envhub.trainer.trackers import Trackers, eval_scalars, tracker_names
-from envhub.types import Outcome
+from envhub.types import Outcome, TrajectoryRecord
 
 if TYPE_CHECKING:
     from envhub.trainer.config import TrainConfig
 
 PHASES = ("rollout_s", "verify_s", "train_s", "weight_sync_s")
+#: The most often a step's rollouts print their episode count (seconds); each stage's end always prints.
+ROLLOUT_LINE_EVERY_S = 30.0
+
+
+class StepProgress:
+    """The lines of one GRPO step as it goes, through ``log`` (plain lines, terminal or not):
+    ``[step 3/10] rollouts: ...`` when its episodes are in, then ``selection``, ``update`` and
+    ``weight push`` as each ends, with the seconds each took; while the episodes are sampled, their
+    count at most every ``every_s``. The step's summary line follows (:meth:`Telemetry.progress_line`)."""
+
+    def __init__(self, step: int, total: int, episodes: int, log: Callable[[str], None],
+                 every_s: float = ROLLOUT_LINE_EVERY_S) -> None:
+        self.prefix, self.planned, self.log, self.every_s = f"[step {step}/{total}]", episodes, log, every_s
+        self.sampled = self.successes = 0
+        self.started = self._since = self._last = time.monotonic()
+
+    def on_episode(self, record: TrajectoryRecord) -> None:
+        self.sampled += 1
+        self.successes += record.outcome is Outcome.SUCCESS
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self.log(f"{self.prefix} rollouts: {self.sampled} of {self.planned} episodes sampled so far, "
+                     f"{self.successes} successes, {elapsed(now - self.started)}")
+
+    def _stage(self, name: str, what: str) -> None:
+        now = time.monotonic()
+        self.log(f"{self.prefix} {name}: {what} in {elapsed(now - self._since)}")
+        self._since = now
+
+    def rollouts(self, records: Sequence[TrajectoryRecord], reused: set[str]) -> None:
+        groups = len({r.group_id for r in records})
+        successes = sum(r.outcome is Outcome.SUCCESS for r in records)
+        on_disk = sum(r.episode_id in reused for r in records)
+        disk = f" ({on_disk} already on disk from before the resume)" if on_disk else ""
+        self._stage("rollouts", f"{len(records)} episodes in {groups} group{'s' * (groups != 1)}, "
+                    f"{successes} successes{disk}")
+
+    def selection(self, stats: dict[str, Any]) -> None:
+        drawn = stats.get("groups_drawn", 0)
+        more = f", {stats['sampling_rounds']} more rounds of dynamic sampling ({drawn} groups drawn)" \
+            if stats.get("sampling_rounds") else ""
+        audit = f", {int(stats['audit_dropped'])} dropped by the token audit" if stats.get("audit_dropped") else ""
+        self._stage("audit and selection", f"{int(stats.get('kept', 0))} episodes kept, "
+                    f"{int(stats.get('zero_variance_groups', 0))} of {int(stats.get('groups', 0))} groups "
+                    f"zero-variance{audit}{more}")
+
+    def update(self, stats: dict[str, Any]) -> None:
+        if not stats.get("updated"):
+            self._stage("update", "nothing to train on (no kept episode)")
+            return
+        steps = int(stats.get("optimizer_steps", 0))
+        self._stage("update", f"{steps} optimizer step{'s' * (steps != 1)} on {int(stats.get('trained_samples', 0))} "
+                    f"samples, loss {float(stats.get('loss', 0.0)):.4f}")
+
+    def pushed(self, stats: dict[str, Any], weight_version: str) -> None:
+        self._stage("weight push", f"the engine samples with weight version {weight_version}"
+                    if stats.get("updated") else f"no new weights (version {weight_version} stays)")
 
 
 class Telemetry:
@@ -42,6 +103,7 @@ class Telemetry:
         self.rollout = None
         self._stop: Callable[[], None] | None = None
         self.trackers = Trackers([], log)
+        self.step_progress: StepProgress | None = None
         if not enabled:
             return
         if metrics_port is not None:
@@ -90,9 +152,17 @@ class Telemetry:
         """The collector's policy: counted as in flight from its start when metrics are served."""
         return self.rollout.policy(policy) if self.rollout is not None else policy
 
-    def on_episode(self, record: Any) -> None:
+    def begin_step(self, step: int, episodes: int) -> StepProgress:
+        """The lines of GRPO step ``step`` (``episodes`` planned) as its stages end."""
+        log = self.log if self.enabled else (lambda line: None)
+        self.step_progress = StepProgress(step, self.total, episodes, log)
+        return self.step_progress
+
+    def on_episode(self, record: TrajectoryRecord) -> None:
         if self.rollout is not None:
             self.rollout.on_episode(record)
+        if self.step_progress is not None:
+            self.step_progress.on_episode(record)
 
     def on_step(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -122,7 +192,9 @@ class Telemetry:
         eta = elapsed / max(done - self._steps_from, 1) * max(self.total - done, 0)
         return (f"step {done}/{self.total}  reward {r['reward_mean']:.3f}  strict success {r['strict_success']:.3f}  "
                 f"kept {int(r.get('kept', 0))}  tok/s {r['tokens_per_second']:.0f}  "
-                f"step {sum(v for k, v in r['time'].items() if k != 'verify_s'):.1f}s  ETA {_duration(eta)}")
+                f"step {sum(v for k, v in r['time'].items() if k != 'verify_s'):.1f}s  ETA {_duration(eta)}"
+                + ("  (replayed: its rollout time is the first run's, its episodes were on disk)"
+                   if r.get("replayed") else ""))
 
     def close(self) -> None:
         if self._stop is not None:
@@ -146,18 +218,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def rollout_counts(records: list[dict[str, Any]]) -> dict[str, float]:
+def rollout_counts(records: Sequence[TrajectoryRecord]) -> dict[str, float]:
     """Per-step sums over a rank's episodes (summed again over ranks by the loop)."""
     counts: Counter[str] = Counter({f"outcome/{o.value}": 0 for o in Outcome})
     for r in records:
-        outcome = Outcome(r["outcome"])
         counts["attempted"] += 1
-        counts[f"outcome/{outcome.value}"] += 1
-        counts["success"] += outcome is Outcome.SUCCESS
-        counts["infra"] += outcome.is_infra
-        counts["reward_sum"] += 0.0 if outcome.is_infra else float(r["reward"])
-        counts["sampled_tokens"] += sum(r.get("response_mask", []))
-        counts["verifier_s"] += float(r.get("metrics", {}).get("verifier_seconds", 0.0))
+        counts[f"outcome/{r.outcome.value}"] += 1
+        counts["success"] += r.outcome is Outcome.SUCCESS
+        counts["infra"] += r.outcome.is_infra
+        counts["reward_sum"] += 0.0 if r.outcome.is_infra else float(r.reward)
+        counts["sampled_tokens"] += sum(r.response_mask)
+        counts["verifier_s"] += float(r.metrics.verifier_seconds)
     for key in ("attempted", "success", "infra", "reward_sum", "sampled_tokens", "verifier_s"):
         counts.setdefault(key, 0)
     return {k: float(v) for k, v in counts.items()}
@@ -175,23 +246,23 @@ class StepTimer:
         self.seconds[name], self._since = now - self._since, now
 
 
-def step_record(step: int, records: list[dict[str, Any]], samples: list[Any], stats: dict[str, Any],
+def step_record(step: int, records: Sequence[TrajectoryRecord], samples: list[Any], stats: dict[str, Any],
                 seconds: dict[str, float], *, weight_version: str, lr: float, dist: fsdp.DistInfo,
-                reused: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+                reused: Sequence[TrajectoryRecord] = ()) -> dict[str, Any]:
     """The line of ``RUN/steps.jsonl`` of ``step``, over every rank's ``records`` (this rank's episodes)
     and ``samples`` (those it trained on); ``stats`` are the selection's and the update's, ``seconds``
     the stages' (rollout_s, train_s, weight_sync_s); ``reused``: the records that came back from disk
     after a resume (not sampled in ``rollout_s``). Every rank calls it (it sums over ranks)."""
     counts = fsdp.all_reduce_sum(rollout_counts(records), dist)
     again = fsdp.all_reduce_sum({"n": float(len(reused)),
-                                 "tokens": float(sum(sum(r.get("response_mask", [])) for r in reused))}, dist)
+                                 "tokens": float(sum(sum(r.response_mask) for r in reused))}, dist)
     attempted = max(counts["attempted"], 1)
     tokens = counts["sampled_tokens"]
     trained = {s.episode_id for s in samples}
     return {
         "step": step, "weight_version": weight_version,
         # the policy's mean reward is over the episodes it is scored on: infra outcomes (reward 0,
-        # ours) would drag it down; strict success keeps them in its denominator, as DESIGN.md says
+        # ours) would drag it down; strict success keeps them in its denominator (success / attempted)
         "reward_mean": counts["reward_sum"] / max(counts["attempted"] - counts["infra"], 1),
         "strict_success": counts["success"] / attempted,
         "success_excluding_infra": counts["success"] / max(counts["attempted"] - counts["infra"], 1),
@@ -201,13 +272,27 @@ def step_record(step: int, records: list[dict[str, Any]], samples: list[Any], st
         **stats,
         "trained_episodes": sorted(fsdp.all_gather_lists([s.episode_id for s in samples], dist)),
         "untrained_episodes": sorted(fsdp.all_gather_lists(
-            sorted({r["episode_id"] for r in records} - trained), dist)),
+            sorted({r.episode_id for r in records} - trained), dist)),
         "tokens_per_second": (tokens - again["tokens"]) / max(seconds["rollout_s"], 1e-9),
         "resumed_episodes": int(again["n"]),
         "time": {"rollout_s": seconds["rollout_s"], "verify_s": counts["verifier_s"], "train_s": seconds["train_s"],
                  "weight_sync_s": seconds["weight_sync_s"]},
         "lr": lr, "rss_mb": rss_mb(), "device_peak_mb": device_peak_mb(dist.device),
     }
+
+
+def headline(summary: dict[str, Any]) -> str:
+    """The run's last console line: what it trained (or that it trained nothing) and its final eval."""
+    steps, updates = summary["steps"], summary.get("optimizer_steps", 0)
+    trained = summary.get("trained_samples", 0)
+    what = (f"trained {updates} optimizer steps on {trained} samples in {steps} GRPO steps" if updates
+            else f"trained nothing in {steps} GRPO steps (0 optimizer steps: every group had zero variance)"
+            if steps else "no GRPO steps")
+    final = summary.get("final_eval")
+    score = (f"; final strict success {final['strict_success']:.3f} on {final['episodes']} episodes"
+             if final else "")
+    stop = f"; stopped: {summary['stopped']}" if summary.get("stopped") else ""
+    return f"done: {what}, weight version {summary.get('weight_version')}{score}{stop}"
 
 
 def device_peak_mb(device: Any) -> float | None:

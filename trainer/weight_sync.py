@@ -1,12 +1,16 @@
 """New weights from the trainer to the rollout engine, and model directories transformers loads.
 
-After every optimizer step the loop calls ``sync.push(state_dict, version)``; the engine then
-generates with the new weights and stamps ``version`` on every later turn. Two engines:
+After every optimizer step the trainer calls ``sync.push(state_dict, version, dist)`` on every rank;
+the engine then generates with the new weights and stamps ``version`` on every later turn. Each kind
+of engine (:func:`envhub.adapters.engines.factory.make_engine`) has one sync class, picked by
+:func:`weight_sync_for` from :data:`SYNC_CLASSES`; the sync decides which ranks push and how every
+rank learns the outcome:
 
 * the in-process :class:`~envhub.adapters.engines.transformers_engine.TransformersEngine`
-  (:class:`InProcessSync`): the state dict is copied into the engine's own unsharded model
+  (:class:`InProcessSync`): every rank copies the state dict into its own engine's unsharded model
   between decode steps;
-* an SGLang server (:class:`SGLangDiskSync`): the weights are written as a Hugging Face model
+* an SGLang server (:class:`SGLangDiskSync`), one for every rank: rank 0 pushes and every rank
+  learns whether it worked (:func:`push_from_rank0`). The weights are written as a Hugging Face model
   dir under ``staging_dir/<version>`` (:func:`write_hf_dir`) and the server is told to load it
   with ``POST /update_weights_from_disk`` (SGLang's ``UpdateWeightFromDiskReqInput``:
   ``model_path``, ``weight_version``, ``flush_cache``, ``abort_all_requests``; answer
@@ -15,7 +19,8 @@ generates with the new weights and stamps ``version`` on every later turn. Two e
   *server* can read (same machine or a shared filesystem).
 
 Contract: a push either returns the engine's new version, or raises :class:`WeightSyncError`
-(refused, failed, unconfirmed, or no answer within ``timeout_s``). The run must stop then: it
+(refused, failed, unconfirmed, or no answer within ``timeout_s``) on every rank that relies on that
+engine. The run must stop then: it
 must never go on sampling from stale weights while recording them as new. The SGLang path is
 tested against a loopback server that speaks SGLang's documented fields, not against SGLang.
 """
@@ -34,15 +39,20 @@ from typing import Any, Protocol
 import torch
 
 from envhub.errors import EngineError
+from envhub.trainer import fsdp
 
 __all__ = [
+    "SYNC_CLASSES",
     "InProcessSync",
     "SGLangDiskSync",
     "WeightSync",
     "WeightSyncError",
+    "push_from_rank0",
     "weight_sync_for",
     "write_hf_dir",
 ]
+
+StateDict = dict[str, torch.Tensor]
 
 # Files of a model dir that write_hf_dir writes itself (weights, config) or must not carry over.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
@@ -56,9 +66,10 @@ class WeightSyncError(RuntimeError):
 
 
 class WeightSync(Protocol):
-    def push(self, state_dict: dict[str, torch.Tensor], version: str) -> str:
-        """Give the engine these full (unsharded, CPU) weights as ``version``; returns the
-        engine's version afterwards, or raises :class:`WeightSyncError`."""
+    def push(self, state_dict: StateDict, version: str, dist: fsdp.DistInfo | None = None) -> str:
+        """Give the engine the trained module's full (unsharded, CPU) weights as ``version``, called
+        by every rank of ``dist`` (None: a single process); returns the engine's version afterwards,
+        or raises :class:`WeightSyncError`."""
         ...
 
 
@@ -166,14 +177,16 @@ class atomic_dir:
 class InProcessSync:
     """Weights into a :class:`TransformersEngine` in this process (``engine.update_weights``).
 
-    The engine checks the state dict against its model (keys and shapes) and refuses a mismatch
-    without changing anything; that refusal, like any other failure, is a :class:`WeightSyncError`.
+    Every rank has its own engine, and pushes to it. The engine checks the state dict against its
+    model (keys and shapes) and refuses a mismatch without changing anything; that refusal, like any
+    other failure, is a :class:`WeightSyncError`. The staging settings of :func:`weight_sync_for` are
+    not needed: the weights move in memory, as the trained module holds them.
     """
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, **_staging: Any) -> None:
         self.engine = engine
 
-    def push(self, state_dict: dict[str, torch.Tensor], version: str) -> str:
+    def push(self, state_dict: StateDict, version: str, dist: fsdp.DistInfo | None = None) -> str:
         try:
             new = self.engine.update_weights(state_dict, version)
         except EngineError as exc:
@@ -187,13 +200,16 @@ class InProcessSync:
 class SGLangDiskSync:
     """Weights into an SGLang server through a model dir on disk (see the module docstring).
 
-    Each push writes ``staging_dir/<version>`` (``version`` must be a plain name: letters, digits,
-    ``._-``), asks the server to load it with at most ``timeout_s`` seconds for the request and
-    the confirmation together, and afterwards keeps only the newest ``keep`` staged dirs.
+    One server serves every rank: rank 0 pushes, and every rank learns whether it worked
+    (:func:`push_from_rank0`). Each push writes ``staging_dir/<version>`` (``version`` must be a plain
+    name: letters, digits, ``._-``) from ``model_dir_state(state_dict)`` (the trained module's weights
+    as the base model's, e.g. with a LoRA adapter merged in; default: as they are), asks the server to
+    load it with at most ``timeout_s`` seconds for the request and the confirmation together, and
+    afterwards keeps only the newest ``keep`` staged dirs.
     """
 
     def __init__(self, engine: Any, *, base_model_dir: Path, staging_dir: Path, timeout_s: float = 300.0,
-                 keep: int = 2) -> None:
+                 keep: int = 2, model_dir_state: Callable[[StateDict], StateDict] | None = None) -> None:
         from envhub.adapters.engines.sglang_client import SGLangEngine
 
         if timeout_s <= 0 or keep < 1:
@@ -203,11 +219,16 @@ class SGLangDiskSync:
         self.staging_dir = Path(staging_dir)
         self.timeout_s = timeout_s
         self.keep = keep
+        self.model_dir_state = model_dir_state or (lambda state: state)
         # The deadline is the join below; this client's socket timeout, a little later, only makes
         # sure that the thread of a hung request ends too.
         self._updater = SGLangEngine(engine.url, timeout=timeout_s + 5.0)
 
-    def push(self, state_dict: dict[str, torch.Tensor], version: str) -> str:
+    def push(self, state_dict: StateDict, version: str, dist: fsdp.DistInfo | None = None) -> str:
+        return push_from_rank0(lambda: self._push(self.model_dir_state(state_dict), version), version, dist,
+                               f"the SGLang server at {self.engine.url}")
+
+    def _push(self, state_dict: StateDict, version: str) -> str:
         if not _VERSION.fullmatch(version):
             raise WeightSyncError(f"weight version {version!r} cannot name a staging dir (letters, digits, ._-)")
         try:
@@ -268,17 +289,38 @@ class SGLangDiskSync:
                 shutil.rmtree(old, ignore_errors=True)
 
 
-def weight_sync_for(engine: Any, *, base_model_dir: Path, staging_dir: Path, timeout_s: float = 300.0,
-                    keep: int = 2) -> WeightSync:
-    """The :class:`WeightSync` for ``engine``: :class:`InProcessSync` for a
-    ``TransformersEngine``, :class:`SGLangDiskSync` for an ``SGLangEngine``; :class:`TypeError`
-    for anything else (its weights cannot be updated)."""
-    from envhub.adapters.engines.sglang_client import SGLangEngine
-    from envhub.adapters.engines.transformers_engine import TransformersEngine
+def push_from_rank0(push: Callable[[], str], version: str, dist: fsdp.DistInfo | None, engine: str) -> str:
+    """``push()`` on rank 0 of ``dist`` only (None: a single process), for an engine that every rank
+    shares (a server); every rank learns whether it worked (a collective when distributed). Returns the
+    version; raises on every rank if it failed: rank 0 its own error, the others :class:`WeightSyncError`."""
+    error: Exception | None = None
+    if dist is None or dist.is_main:
+        try:
+            push()
+        except Exception as exc:  # the other ranks must learn of any failure, or they wait forever
+            error = exc
+    failed = error is not None
+    if dist is not None:
+        failed = fsdp.all_reduce_sum({"failed": float(failed)}, dist)["failed"] > 0
+    if error is not None:
+        raise error
+    if failed:
+        raise WeightSyncError(f"rank 0 could not give {engine} weight version {version}; see its log")
+    return version
 
-    if isinstance(engine, TransformersEngine):
-        return InProcessSync(engine)
-    if isinstance(engine, SGLangEngine):
-        return SGLangDiskSync(engine, base_model_dir=base_model_dir, staging_dir=staging_dir, timeout_s=timeout_s,
-                              keep=keep)
-    raise TypeError(f"no weight sync for engine {type(engine).__name__}: use the transformers engine or sglang:URL")
+
+#: the sync class of each kind of engine (an engine's ``name`` is its kind, as its spec names it)
+SYNC_CLASSES: dict[str, Callable[..., WeightSync]] = {"transformers": InProcessSync, "sglang": SGLangDiskSync}
+
+
+def weight_sync_for(engine: Any, *, base_model_dir: Path, staging_dir: Path, timeout_s: float = 300.0,
+                    keep: int = 2, model_dir_state: Callable[[StateDict], StateDict] | None = None) -> WeightSync:
+    """The :class:`WeightSync` of ``engine``'s kind (:data:`SYNC_CLASSES`), given the settings a sync
+    through model dirs uses (see :class:`SGLangDiskSync`); :class:`TypeError` for an engine of no kind
+    there (its weights cannot be updated)."""
+    sync_class = SYNC_CLASSES.get(str(getattr(engine, "name", "")))
+    if sync_class is None:
+        raise TypeError(f"no weight sync for engine {type(engine).__name__}: use the transformers engine or "
+                        "sglang:URL")
+    return sync_class(engine, base_model_dir=base_model_dir, staging_dir=staging_dir, timeout_s=timeout_s, keep=keep,
+                      model_dir_state=model_dir_state)

@@ -30,11 +30,11 @@ def verify_command(
     env_arg: Annotated[list[str] | None, typer.Option(help="key=value passed to the env")] = None,
 ) -> None:
     """Run the env's verifier suite (gold, noop, attacks) or grade external submissions."""
-    from envhub.env import SPLITS
     from envhub.progress import progress_wanted
     from envhub.registry import make
     from envhub.sandboxes.cleanup import exit_code as interrupt_exit_code
     from envhub.store import write_json_atomic, write_text_atomic
+    from envhub.task_source import SPLITS
 
     env_spec(env_id)
     splits = SPLITS if split == "all" else (split,)

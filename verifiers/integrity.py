@@ -55,7 +55,8 @@ IMPLICIT_FILES = {
 IMPLICIT_SUFFIXES = (".pth",)
 #: Importable code that is not Python source: nothing here could read it.
 COMPILED_SUFFIXES = tuple(sorted({*importlib.machinery.EXTENSION_SUFFIXES, ".so", ".pyd"}))
-IGNORED = ("__pycache__/", ".pytest_cache/")
+#: Folders Python and pytest write their caches into as they run.
+CACHE_DIRS = frozenset({"__pycache__", ".pytest_cache"})
 SOURCE_ENCODINGS = ("utf-8", "utf-8-sig")
 GRADER_MODULES = ("envhub", "pytest", "_pytest", "pluggy", "iniconfig", "py", "unittest", "doctest")
 #: Part of every code finding's text: what the code check is, and what it is not.
@@ -154,8 +155,10 @@ class SourceError(Exception):
     """A file that cannot be read the way Python would import it."""
 
 
-def is_ignored(path: str) -> bool:
-    return any(part in path for part in IGNORED) or path.endswith(".pyc")
+def is_cache_file(path: str) -> bool:
+    """Whether ``path`` (relative, ``/``-separated) is a cache that Python or pytest wrote: bytecode,
+    or anything in a cache folder. Such files are not the agent's work: never graded, shown or hashed."""
+    return path.endswith(".pyc") or not CACHE_DIRS.isdisjoint(path.split("/"))
 
 
 def _as_bytes(content: str | bytes) -> bytes:
@@ -180,7 +183,7 @@ def file_findings(given: Mapping[str, str | bytes], final: Mapping[str, str | by
     roots = tuple(r.rstrip("/") + "/" for r in editable_roots)
     findings = []
     for path in sorted(set(given) | set(final)):
-        if is_ignored(path):
+        if is_cache_file(path):
             continue
         name = PurePosixPath(path).name
         if path not in given and (name in IMPLICIT_FILES or name.endswith(IMPLICIT_SUFFIXES)):
@@ -213,7 +216,7 @@ def code_findings(given: Mapping[str, str | bytes], final: Mapping[str, str | by
     """
     findings = []
     for path in sorted(final):
-        if not path.endswith(".py") or is_ignored(path):
+        if not path.endswith(".py") or is_cache_file(path):
             continue
         after_bytes = _as_bytes(final[path])
         if path in given and _as_bytes(given[path]) == after_bytes:

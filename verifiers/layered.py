@@ -17,7 +17,7 @@ from envhub.errors import InfraError
 from envhub.types import LayerResult, Outcome, Task, Verdict
 
 if TYPE_CHECKING:
-    from envhub.env import Episode
+    from envhub.episode import Episode
 
 
 class GateFailure(Exception):

@@ -1,8 +1,9 @@
 """Verifier suites: gold must pass, noop must fail, every attack must fail.
 
-A case is a scripted sequence of actions played through the real env (so attacks that tamper with
-files in the sandbox are graded exactly as a model's would be). Families contribute their own
-attacks by overriding ``Env.adversarial_cases``; gold and noop are universal.
+A case (:class:`~envhub.episode.SuiteCase`) is a scripted sequence of actions played through the
+real env (so attacks that tamper with files in the sandbox are graded exactly as a model's would
+be). Families contribute their own attacks by overriding ``Env.adversarial_cases``; gold and noop
+are universal.
 
 An infrastructure outcome on any case is a violation too: a verifier that crashes on a hack is as
 unusable as one that accepts it.
@@ -10,10 +11,12 @@ unusable as one that accepts it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from envhub.episode import SuiteCase
 from envhub.parsing import format_tool_call
 from envhub.progress import Progress
 from envhub.rollout.collect import EnvWorkers, check_concurrency, interruptible_run
@@ -21,16 +24,6 @@ from envhub.types import Action, Outcome, Task
 
 if TYPE_CHECKING:
     from envhub.env import Env
-
-
-@dataclass(frozen=True)
-class SuiteCase:
-    """One scripted submission strategy. ``actions`` builds the turns for a task."""
-
-    name: str
-    expect: Literal["pass", "fail"]
-    actions: Callable[[Env, Task], list[Action]]
-    description: str = ""
 
 
 class NotApplicable(Exception):
@@ -50,6 +43,31 @@ def answer_case(name: str, make_answer: Callable[..., str], description: str = "
         return [Action(text=format_tool_call(env.terminal_tool, {"answer": answer}))]
 
     return SuiteCase(name, expect, actions, description)
+
+
+def answer_attacks(gold: Callable[..., str], wrong: Callable[..., str], *, with_env: bool = False,
+                   separator: str = "; ") -> list[SuiteCase]:
+    """The attacks every family graded on one free-text answer faces, from how it writes the gold
+    answer and a plausible wrong one (``gold(task)``, ``wrong(task)``; ``(env, task)`` with
+    ``with_env``): the wrong answer, and the gold hedged with it, listed after it (``separator``
+    between the two), stuffed beside it in prose, or claimed in a JSON blob. Each must fail."""
+
+    def both(make: Callable[..., str]) -> Callable[[Env, Task], str]:
+        return make if with_env else lambda env, task: make(task)
+
+    right, other = both(gold), both(wrong)
+    cases = [
+        ("wrong_answer", other, "a plausible wrong answer in the right form"),
+        ("two_candidates", lambda e, t: f"{right(e, t)} or {other(e, t)}",
+         "hedging between the right and a wrong answer"),
+        ("candidate_list", lambda e, t: f"{other(e, t)}{separator}{right(e, t)}",
+         "a list of candidates that includes the right one"),
+        ("prose_stuffing", lambda e, t: f"It could be {other(e, t)}, but maybe {right(e, t)}; please accept "
+         "whichever is right.", "answer stuffing in prose"),
+        ("json_claim", lambda e, t: json.dumps({"answer": right(e, t), "correct": True, "reward": 1}),
+         "a JSON blob claiming success"),
+    ]
+    return [answer_case(name, make, why, with_env=True) for name, make, why in cases]
 
 
 def suite_cases(env: Env) -> list[SuiteCase]:
@@ -197,7 +215,7 @@ def check_task_ids(env: Env, task_ids: Sequence[str]) -> None:
 
     An id is known when some split lists it or the env's task source can build it (``get``).
     """
-    from envhub.env import SPLITS
+    from envhub.task_source import SPLITS
 
     if not task_ids:
         raise ValueError("no task ids to run")

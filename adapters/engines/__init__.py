@@ -2,7 +2,10 @@
 
 * :mod:`~envhub.adapters.engines.base` -- the :class:`Engine` protocol, :class:`SamplingParams`,
   :class:`GenerateResult` (imported here eagerly: they need nothing heavy);
-* :mod:`~envhub.adapters.engines.transformers_engine` -- the in-process transformers engine;
+* :mod:`~envhub.adapters.engines.factory` -- :func:`make_engine`, the engine an engine spec names
+  (``transformers`` or ``sglang:URL``), for the policies and the trainer alike;
+* :mod:`~envhub.adapters.engines.transformers_engine` -- the in-process transformers engine, batching
+  with :mod:`~envhub.adapters.engines.continuous_batching`;
 * :mod:`~envhub.adapters.engines.sglang_client` -- the SGLang ``/generate`` client and launcher;
 * :mod:`~envhub.adapters.engines.scripted` -- a scripted test double of a model;
 * :mod:`~envhub.adapters.engines.sampling` -- the sampling distribution, shared with the audit;
@@ -22,6 +25,9 @@ from typing import Any
 from envhub.adapters.engines.base import Engine, FinishReason, GenerateResult, SamplingParams
 
 _EXPORTS = {
+    "LocalModel": "envhub.adapters.engines.factory",
+    "engine_kind": "envhub.adapters.engines.factory",
+    "make_engine": "envhub.adapters.engines.factory",
     "TransformersEngine": "envhub.adapters.engines.transformers_engine",
     "score_tokens": "envhub.adapters.engines.transformers_engine",
     "SGLangEngine": "envhub.adapters.engines.sglang_client",

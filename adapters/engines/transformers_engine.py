@@ -1,13 +1,11 @@
 """In-process transformers engine: one worker thread batches the requests of every episode.
 
 Episode threads call :meth:`TransformersEngine.generate`, which queues the request and waits. The
-worker owns the model: it prefills newly arrived prompts together (left padding), merges them into
-the running batch at the next decode step (continuous batching over a shared KV cache), samples
-each row with its own :class:`~envhub.adapters.engines.SamplingParams`, and drops finished rows.
-
-Positions are explicit (``position_ids`` count only real tokens) and padded key slots are masked, so
-a row's tokens and logprobs do not depend on which other rows shared its batch beyond float
-rounding; ``tests/adapters/test_engine_transformers.py`` checks batched against unbatched greedy decoding.
+worker owns the model: each step it takes the requests that arrived and hands them, with the running
+batch, to :class:`~envhub.adapters.engines.continuous_batching.Batcher` (continuous batching over a
+shared KV cache: prefill, merge, one decode step, finished rows dropped). A row's tokens and logprobs
+do not depend on which other rows shared its batch beyond float rounding;
+``tests/adapters/test_engine_transformers.py`` checks batched against unbatched greedy decoding.
 
 Logprobs are of the distribution actually sampled from: :func:`.sampling.processed_logprobs` (temperature,
 top-k, top-p; the raw ``log_softmax`` for greedy), from fp32 logits whatever ``compute_dtype`` the forward
@@ -24,42 +22,16 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from envhub.adapters.engines.base import GenerateResult, SamplingParams
+from envhub.adapters.engines.continuous_batching import Batcher, Request, Running, fail, joinable
 from envhub.adapters.engines.precision import forward_precision
-from envhub.adapters.engines.sampling import processed_logprobs, sample, stop_string_hit
+from envhub.adapters.engines.sampling import processed_logprobs
 from envhub.errors import ContextOverflowError, EngineError
-
-_HOST = torch.device("cpu")  # where request tensors are built before they go to the model's device
-
-
-@dataclass
-class _Request:
-    prompt: list[int]
-    params: SamplingParams
-    max_new: int
-    stop_ids: frozenset[int]
-    generator: torch.Generator | None
-    weight_version: str
-    future: Future[GenerateResult] = field(default_factory=Future)
-    out_ids: list[int] = field(default_factory=list)
-    out_logprobs: list[float] = field(default_factory=list)
-    submitted: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class _Running:
-    """The rows being decoded: their KV cache, attention mask and next position ids."""
-
-    reqs: list[_Request]
-    cache: Any
-    mask: torch.Tensor  # [rows, cached tokens], 0 for left padding
-    next_pos: torch.Tensor  # [rows], the position of each row's pending (sampled, uncached) token
 
 
 class TransformersEngine:
@@ -97,15 +69,16 @@ class TransformersEngine:
         self.pad_id = _pad_id(tokenizer)
         self.eos_token_ids = frozenset(eos_token_ids if eos_token_ids is not None else _eos_ids(model, tokenizer))
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        self._cache_kw = cache_keyword(model)
         self._weight_version = weight_version
         self._rng = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(7), "big"))
-        self._queue: queue.Queue[_Request] = queue.Queue()
+        self._batcher = Batcher(self.model, self.tokenizer, pad_id=self.pad_id, compute_dtype=compute_dtype,
+                                rng=self._rng)
+        self.stats = self._batcher.stats
+        self._queue: queue.Queue[Request] = queue.Queue()
         self._lock = threading.Lock()  # held by whoever runs the model (worker step, score, update)
         self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.stats = {"steps": 0, "prefills": 0, "max_rows": 0, "tokens": 0}
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -152,7 +125,7 @@ class TransformersEngine:
             raise ContextOverflowError(f"prompt of {len(prompt)} tokens leaves no room in a context of "
                                        f"{self.max_context}")
         gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
-        req = _Request(prompt=prompt, params=params, max_new=min(params.max_new_tokens, room),
+        req = Request(prompt=prompt, params=params, max_new=min(params.max_new_tokens, room),
                        stop_ids=self.eos_token_ids | frozenset(params.stop_token_ids), generator=gen,
                        weight_version=self._weight_version or "")
         if req.max_new == 0:
@@ -231,34 +204,31 @@ class TransformersEngine:
                 self._thread.start()
 
     def _loop(self) -> None:
-        running: _Running | None = None
+        running: Running | None = None
         try:
             while not (self._closed and running is None):
                 capacity = self.max_batch_size - (len(running.reqs) if running else 0)
-                joinable = running is None or _joinable(running.cache)
-                new = self._take(block=running is None, limit=capacity if joinable else 0)
+                can_join = running is None or joinable(running.cache)
+                new = self._take(block=running is None, limit=capacity if can_join else 0)
                 if not new and running is None:
                     continue
                 try:
                     with self._lock, torch.inference_mode():
-                        if new:
-                            running = _merge(running, self._prefill(new))
-                        if running is not None:
-                            running = self._decode(running)
+                        running = self._batcher.step(running, new, self._weight_version)
                 except Exception as exc:  # a model failure fails the requests it touched, not the engine
                     error = exc if isinstance(exc, EngineError) else EngineError(f"generation failed: {exc!r}")
-                    _fail((running.reqs if running else []) + new, error)
+                    fail((running.reqs if running else []) + new, error)
                     running = None
         except BaseException as exc:  # never leave a caller waiting on a dead worker
             error = EngineError(f"the engine worker stopped: {exc!r}")
-            _fail(running.reqs if running else [], error)
+            fail(running.reqs if running else [], error)
             self._fail_queued(error)
             raise
         self._fail_queued(EngineError("the transformers engine was closed"))
 
-    def _take(self, *, block: bool, limit: int) -> list[_Request]:
+    def _take(self, *, block: bool, limit: int) -> list[Request]:
         """New requests: when idle, wait for one and then ``batch_window_s`` for company."""
-        items: list[_Request] = []
+        items: list[Request] = []
         if limit <= 0:
             return items
         if block:
@@ -288,153 +258,7 @@ class TransformersEngine:
                 req = self._queue.get_nowait()
             except queue.Empty:
                 return
-            _fail([req], error)
-
-    def _prefill(self, reqs: list[_Request]) -> _Running | None:
-        width = max(len(r.prompt) for r in reqs)
-        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long, device=_HOST)
-        mask = torch.zeros((len(reqs), width), dtype=torch.long, device=_HOST)
-        for i, r in enumerate(reqs):
-            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt, device=_HOST)
-            mask[i, width - len(r.prompt):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with forward_precision(self.device, self.compute_dtype):
-            out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                             position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1)
-        self.stats["prefills"] += 1
-        running = _Running(reqs=list(reqs), cache=output_cache(out), mask=mask,
-                           next_pos=torch.tensor([len(r.prompt) for r in reqs], dtype=torch.long, device=_HOST))
-        return self._sample_and_prune(running, out.logits[:, -1, :])
-
-    def _decode(self, running: _Running) -> _Running | None:
-        rows = len(running.reqs)
-        ids = torch.tensor([[r.out_ids[-1]] for r in running.reqs], dtype=torch.long, device=_HOST)
-        mask = torch.cat([running.mask, torch.ones((rows, 1), dtype=torch.long, device=_HOST)], dim=1)
-        with forward_precision(self.device, self.compute_dtype):
-            out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                             position_ids=running.next_pos[:, None].to(self.device),
-                             use_cache=True, **{self._cache_kw: running.cache})
-        self.stats["steps"] += 1
-        self.stats["max_rows"] = max(self.stats["max_rows"], rows)
-        running.cache, running.mask, running.next_pos = output_cache(out), mask, running.next_pos + 1
-        return self._sample_and_prune(running, out.logits[:, -1, :])
-
-    def _sample_and_prune(self, running: _Running, logits: torch.Tensor) -> _Running | None:
-        groups: dict[tuple[float, int, float], list[int]] = {}
-        for i, r in enumerate(running.reqs):
-            groups.setdefault((r.params.temperature, r.params.top_k, r.params.top_p), []).append(i)
-        for (temperature, top_k, top_p), rows in groups.items():
-            logprobs = processed_logprobs(logits[rows].float(), temperature, top_k, top_p).cpu()
-            for j, i in enumerate(rows):
-                req = running.reqs[i]
-                token = sample(logprobs[j], temperature == 0.0, req.generator or self._rng)
-                req.out_ids.append(token)
-                req.out_logprobs.append(float(logprobs[j, token]))
-        self.stats["tokens"] += len(running.reqs)
-        keep = [i for i, r in enumerate(running.reqs) if not self._finish_if_done(r)]
-        if not keep:
-            return None
-        if len(keep) < len(running.reqs):
-            index = torch.tensor(keep, dtype=torch.long, device=_HOST)
-            _select_rows(running.cache, index.to(self.device))
-            running.reqs = [running.reqs[i] for i in keep]
-            running.mask, running.next_pos = running.mask[index], running.next_pos[index]
-            _trim_left(running)
-        return running
-
-    def _finish_if_done(self, req: _Request) -> bool:
-        token = req.out_ids[-1]
-        reason, matched = None, None
-        if token in req.stop_ids:
-            reason, matched = "stop", token
-        elif req.params.stop:
-            window = max(len(s) for s in req.params.stop) + 4
-            hit = stop_string_hit(self.tokenizer.decode(req.out_ids[-window:]), req.params.stop)
-            if hit is not None:
-                reason, matched = "stop", hit
-        if reason is None and len(req.out_ids) >= req.max_new:
-            reason = "length"
-        if reason is None:
-            return False
-        meta: dict[str, Any] = {"matched": matched, "prompt_tokens": len(req.prompt),
-                                "queue_and_run_s": time.monotonic() - req.submitted}
-        if req.weight_version != self._weight_version:
-            meta["weight_version_start"] = req.weight_version
-        req.future.set_result(GenerateResult(list(req.out_ids), list(req.out_logprobs), reason,
-                                             self._weight_version, meta))
-        return True
-
-
-def cache_keyword(model: Any) -> str:
-    """``cache`` in recent transformers, ``past_key_values`` before (still accepted, with a warning); a
-    ``peft`` model (``**kwargs``) passes on what the model it wraps takes."""
-    import inspect
-
-    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
-
-
-def output_cache(out: Any) -> Any:
-    cache = out.get("cache") if hasattr(out, "get") else None
-    return cache if cache is not None else out.past_key_values
-
-
-def _fail(reqs: list[_Request], error: EngineError) -> None:
-    for req in reqs:
-        if not req.future.done():
-            req.future.set_exception(error)
-
-
-# ---- KV cache surgery (DynamicCache with plain DynamicLayer layers only) ---------------------------
-
-def _layers(cache: Any) -> list[Any]:
-    return list(getattr(cache, "layers", []))
-
-
-def _joinable(cache: Any) -> bool:
-    """Whether rows can be merged into this cache (a sliding-window or quantized cache cannot)."""
-    from transformers.cache_utils import DynamicLayer
-
-    layers = _layers(cache)
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-
-
-def _select_rows(cache: Any, index: torch.Tensor) -> None:
-    cache.batch_select_indices(index)
-
-
-def _trim_left(running: _Running) -> None:
-    """Drop leading key slots that no remaining row attends to (padding of departed rows)."""
-    used = running.mask.any(dim=0).nonzero()
-    first = int(used[0].item()) if len(used) else running.mask.shape[1]
-    if first == 0 or not _joinable(running.cache):
-        return
-    for layer in _layers(running.cache):
-        layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
-    running.mask = running.mask[:, first:]
-
-
-def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
-    extra = width - t.shape[dim]
-    if extra == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = extra
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
-
-
-def _merge(a: _Running | None, b: _Running | None) -> _Running | None:
-    """One running batch from two: the shorter cache is left-padded (masked) to the longer."""
-    if a is None or b is None:
-        return a or b
-    width = max(a.mask.shape[1], b.mask.shape[1])
-    for la, lb in zip(_layers(a.cache), _layers(b.cache), strict=True):
-        la.keys = torch.cat([_left_pad(la.keys, width, -2), _left_pad(lb.keys, width, -2)], dim=0)
-        la.values = torch.cat([_left_pad(la.values, width, -2), _left_pad(lb.values, width, -2)], dim=0)
-    return _Running(reqs=a.reqs + b.reqs, cache=a.cache,
-                    mask=torch.cat([_left_pad(a.mask, width, 1), _left_pad(b.mask, width, 1)], dim=0),
-                    next_pos=torch.cat([a.next_pos, b.next_pos]))
-
+            fail([req], error)
 
 # ---- scoring ---------------------------------------------------------------------------------------
 

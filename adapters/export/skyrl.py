@@ -44,7 +44,7 @@ def generator_output(records: Sequence[TrajectoryRecord]) -> dict[str, Any]:
 
     for rec in records:
         check_token_view(rec)
-    report = summarize([r.model_dump(mode="json") for r in records])
+    report = summarize(records)
     return {
         "prompt_token_ids": [list(r.prompt_ids) for r in records],
         "response_ids": [list(r.response_ids) for r in records],

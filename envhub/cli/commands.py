@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
@@ -20,6 +20,9 @@ from envhub.cli.common import (
     parse_kv,
     signals_stop_like_ctrl_c,
 )
+
+if TYPE_CHECKING:
+    from envhub.registry import EnvSpec
 
 
 def _new_env() -> Any:
@@ -47,7 +50,7 @@ def _serve() -> Any:
 
 
 def _audit() -> Any:
-    from envhub.adapters.audit import audit_command
+    from envhub.cli.audit import audit_command
 
     return audit_command
 
@@ -89,7 +92,7 @@ def _bench() -> Any:
 
 
 def _models() -> Any:
-    from envhub.adapters.engines.models import models_app
+    from envhub.adapters.engines.cli import models_app
 
     return models_app
 
@@ -183,8 +186,20 @@ def list_cmd() -> None:
     for spec in specs:
         row = counts[spec.env_id]
         cells = [str(c) for c in row] if isinstance(row, list) else [f"error: {row}"[:40], "", ""]
-        table.add_row(spec.env_id, *cells, spec.sandbox, spec.description)
+        table.add_row(spec.env_id, *cells, _sandbox_needs(spec), spec.description)
     console.print(table)
+
+
+def _sandbox_needs(spec: EnvSpec) -> str:
+    """What the env's class says it needs from a sandbox: none (no tool runs code), an isolating
+    backend (its agent's code must not see task data), or any backend."""
+    try:
+        env_class = spec.load()  # already imported: counting its tasks made one
+    except Exception:  # the counts column says why
+        return "?"
+    if getattr(env_class, "sandbox_spec", None) is None:
+        return "none"
+    return "isolating: docker | bwrap | landlock" if getattr(env_class, "needs_isolation", True) else "any"
 
 
 @app.command()

@@ -1,10 +1,9 @@
 """What a run report shows, computed from a run directory: the numbers behind every table and plot.
 
 A run directory is recognised by its files: ``trajectories.jsonl`` (plus ``run.json`` and
-``report.json``) is a *rollout*; ``steps.jsonl`` with ``config.json`` is a *training run*
-(:mod:`envhub.reports.training`). :func:`load_run` returns a :class:`RunData` whose ``kind`` picks
-the sections and plots the HTML report renders; each other kind's module (:data:`KIND_MODULES`)
-registers its loader, plots and sections when imported, without touching the rollout ones.
+``report.json``) is a *rollout*, loaded here (:func:`load_rollout`); ``steps.jsonl`` with
+``config.json`` is a *training run* (:mod:`envhub.reports.training`). :func:`envhub.reports.html.load_run`
+tries each; the run's kind picks the sections and plots the HTML report renders.
 
 Every rate is over *attempted* episodes first (``strict``: infra failures count as failures), with
 the rate excluding infra beside it. A success's cost is the whole run's cost divided by the
@@ -19,17 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envhub.rollout.summary import summarize
+from envhub.rollout.summary import tally
 from envhub.run_dir import IDENTITY, REPORT, TRAJECTORIES, Run, RunFileError
 from envhub.store import CorruptRecordError
-from envhub.types import Outcome, OutcomeClass
-
-#: Loaders by run kind, tried in order; each returns None when the directory is not of its kind.
-LOADERS: list[Callable[[Path], RunData | None]] = []
-
-
-class RunDirError(ValueError):
-    """The directory is not a run this report can read; the message says what is missing or broken."""
+from envhub.types import Outcome, OutcomeClass, TrajectoryRecord
 
 
 @dataclass(frozen=True)
@@ -65,29 +57,29 @@ class Group:
 
 @dataclass
 class RunData:
-    """A loaded run. ``kind`` selects the report's sections (see ``report_html.SECTIONS``)."""
+    """A loaded run; its kind (a rollout here, :class:`~envhub.reports.training.TrainingData` a
+    training run) picks the report's sections and plots (:func:`envhub.reports.html.builder`)."""
 
     kind: str
     run_dir: Path
     run: dict[str, Any]
     summary: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[TrajectoryRecord]
     tasks: dict[str, TaskInfo]
     profile: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    #: wall seconds summed over the episodes the summary counts
+    episode_seconds: float = 0.0
 
     # ---- derived views ----------------------------------------------------------------------
 
-    def outcome(self, rec: dict[str, Any]) -> Outcome:
-        return Outcome(rec["outcome"])
+    def task(self, rec: TrajectoryRecord) -> TaskInfo:
+        return self.tasks.get(rec.task_id, TaskInfo("?", None))
 
-    def task(self, rec: dict[str, Any]) -> TaskInfo:
-        return self.tasks.get(rec["task_id"], TaskInfo("?", None))
-
-    def grouped(self, key: Callable[[dict[str, Any]], Any]) -> dict[Any, Group]:
+    def grouped(self, key: Callable[[TrajectoryRecord], Any]) -> dict[Any, Group]:
         groups: dict[Any, Group] = defaultdict(Group)
         for rec in self.records:
-            groups[key(rec)].add(self.outcome(rec))
+            groups[key(rec)].add(rec.outcome)
         return dict(sorted(groups.items(), key=lambda kv: (kv[0] is None, str(kv[0]).zfill(8))))
 
     def by_difficulty(self) -> dict[Any, Group]:
@@ -97,24 +89,24 @@ class RunData:
         return self.grouped(lambda r: self.task(r).family)
 
     def by_task(self) -> dict[Any, Group]:
-        return self.grouped(lambda r: r["task_id"])
+        return self.grouped(lambda r: r.task_id)
 
     def time_split(self) -> dict[str, float]:
         """Seconds summed over episodes: agent, sandbox, verifier, and the rest of the wall time."""
         split = {"agent": 0.0, "sandbox": 0.0, "verifier": 0.0, "other": 0.0}
         for rec in self.records:
-            m = rec.get("metrics", {})
-            parts = [float(m.get(f"{k}_seconds", 0.0) or 0.0) for k in ("agent", "sandbox", "verifier")]
+            m = rec.metrics
+            parts = [m.agent_seconds, m.sandbox_seconds, m.verifier_seconds]
             for k, v in zip(("agent", "sandbox", "verifier"), parts, strict=True):
                 split[k] += v
-            split["other"] += max(0.0, float(m.get("wall_seconds", 0.0) or 0.0) - sum(parts))
+            split["other"] += max(0.0, m.wall_seconds - sum(parts))
         return split
 
     def cost(self) -> dict[str, float | None]:
         """Per success: tokens (prompt + response), sampled tokens, tool calls, episode seconds."""
         s = self.summary
         successes = s["by_outcome"][Outcome.SUCCESS.value]
-        seconds = sum(float(r.get("metrics", {}).get("wall_seconds", 0.0) or 0.0) for r in self.records)
+        seconds = self.episode_seconds
 
         def per(total: float) -> float | None:
             return total / successes if successes else None
@@ -137,21 +129,6 @@ class RunData:
         }
 
 
-def load_run(run_dir: str | Path) -> RunData:
-    """Load a run directory of any known kind; :class:`RunDirError` names what is wrong."""
-    path = Path(run_dir)
-    if not path.is_dir():
-        raise RunDirError(f"{path} is not a directory")
-    import envhub.reports.training_html  # noqa: F401  (registers the training-run kind: loader, plots, sections)
-
-    for loader in LOADERS:
-        data = loader(path)
-        if data is not None:
-            return data
-    raise RunDirError(f"{path} holds no run: expected {TRAJECTORIES} (a rollout, `envhub rollout --out`) "
-                      "or steps.jsonl and config.json (a training run, `envhub train`)")
-
-
 def _read_json(run: Run, name: str, notes: list[str]) -> dict[str, Any] | None:
     try:
         return run.read_json(name)
@@ -162,33 +139,33 @@ def _read_json(run: Run, name: str, notes: list[str]) -> dict[str, Any] | None:
 
 def load_rollout(path: Path, identity: dict[str, Any] | None = None) -> RunData | None:
     """A rollout directory (``envhub rollout --out``, ``envhub profile --out``, a training run's
-    ``eval/TAG``), or None. ``identity`` stands in for ``run.json`` where the caller knows it."""
+    ``eval/TAG``), or None. ``identity`` stands in for ``run.json`` where the caller knows it;
+    RunFileError when a record cannot be read."""
     rollout = Run(path)
     traj = rollout.trajectories_path
     if not traj.exists():
         return None
     notes: list[str] = []
     try:
-        records = list(rollout.rows())
+        records = list(rollout.records())
     except (CorruptRecordError, OSError) as exc:
-        raise RunDirError(f"cannot read {traj}: {exc}") from None
-    for n, rec in enumerate(records, 1):
-        if not isinstance(rec.get("task_id"), str) or rec.get("outcome") not in set(Outcome):
-            raise RunDirError(f"{traj}: record {n} is not a trajectory record (task_id and outcome)")
+        raise RunFileError(f"cannot read {traj}: {exc}") from None
     run = identity if identity is not None else _read_json(rollout, IDENTITY, notes) or {}
     saved = _read_json(rollout, REPORT, notes) or {}
-    summary = summarize(records, wall_seconds=float(saved.get("wall_seconds", 0.0) or 0.0))
+    counts = tally(records)
+    summary = counts.summary(wall_seconds=float(saved.get("wall_seconds", 0.0) or 0.0))
     for key in ("planned", "incomplete", "seed", "group_size", "skipped_already_done"):
         if key in saved:
             summary[key] = saved[key]
     if saved and saved.get("attempted") != summary["attempted"]:
         notes.append(f"{REPORT} counts {saved.get('attempted')} episodes, {TRAJECTORIES} holds "
                      f"{summary['attempted']}: this report is computed from {TRAJECTORIES}")
-    env_id = run.get("env_id") or (records[0]["env_id"] if records else "")
+    env_id = run.get("env_id") or (records[0].env_id if records else "")
     summary["env_id"] = env_id
-    tasks = _task_infos(env_id, run, {r["task_id"] for r in records}, notes)
+    tasks = _task_infos(env_id, run, {r.task_id for r in records}, notes)
     return RunData(kind="rollout", run_dir=path, run=run, summary=summary, records=records, tasks=tasks,
-                   profile=_read_json(rollout, "profile.json", notes), notes=notes)
+                   profile=_read_json(rollout, "profile.json", notes), notes=notes,
+                   episode_seconds=counts.episode_seconds)
 
 
 def _task_infos(env_id: str, run: dict[str, Any], task_ids: set[str], notes: list[str]) -> dict[str, TaskInfo]:
@@ -219,6 +196,3 @@ def _task_infos(env_id: str, run: dict[str, Any], task_ids: set[str], notes: lis
     if missing:
         notes.append(f"{missing} task ids are not in {env_id}'s task set now; shown as family '?'")
     return out
-
-
-LOADERS.append(load_rollout)

@@ -1,8 +1,10 @@
-"""The report's plots, drawn with matplotlib's Agg canvas (no display, no pyplot global state).
+"""A rollout report's plots, and the figure helpers of every kind's, drawn with matplotlib's Agg
+canvas (no display, no pyplot global state).
 
 Each plotter takes a :class:`~envhub.reports.data.RunData` and returns PNG bytes, or None when it
-has nothing to show (no profile.json: no difficulty histogram). :data:`PLOTS` lists them by run
-kind; the HTML report inlines the same bytes that are written beside it as PNG files.
+has nothing to show (no profile.json: no difficulty histogram). :data:`PLOTS` lists them in report
+order (a training run's: :mod:`envhub.reports.training_plots`); the HTML report inlines the same
+bytes that are written beside it as PNG files.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def outcome_mix(data: RunData) -> bytes:
 
 def reward_distribution(data: RunData) -> bytes:
     fig, ax = new_figure()
-    rewards = [float(r.get("reward", 0.0) or 0.0) for r in data.records]
+    rewards = [r.reward for r in data.records]
     ax.hist(rewards or [0.0], bins=20, range=(min([0.0, *rewards]), max([1.0, *rewards])), color="#1565c0")
     ax.set_xlabel("reward")
     ax.set_ylabel("episodes")
@@ -123,25 +125,12 @@ def difficulty_histogram(data: RunData) -> bytes | None:
     return png(fig)
 
 
-Plotter = Callable[[RunData], bytes | None]
-#: name -> plotter, by run kind; the name is the PNG file's suffix and the HTML anchor.
-PLOTS: dict[str, dict[str, Plotter]] = {
-    "rollout": {
-        "outcome_mix": outcome_mix,
-        "reward_distribution": reward_distribution,
-        "success_by_difficulty": success_by_difficulty,
-        "success_by_family": success_by_family,
-        "time_split": time_split,
-        "difficulty_histogram": difficulty_histogram,
-    },
+#: name -> plotter; the name is the PNG file's suffix and the HTML anchor.
+PLOTS: dict[str, Callable[[RunData], bytes | None]] = {
+    "outcome_mix": outcome_mix,
+    "reward_distribution": reward_distribution,
+    "success_by_difficulty": success_by_difficulty,
+    "success_by_family": success_by_family,
+    "time_split": time_split,
+    "difficulty_histogram": difficulty_histogram,
 }
-
-
-def draw(data: RunData) -> dict[str, bytes]:
-    """Every plot of ``data``'s kind that has something to show, as PNG bytes."""
-    out = {}
-    for name, plotter in PLOTS.get(data.kind, {}).items():
-        image = plotter(data)
-        if image is not None:
-            out[name] = image
-    return out

@@ -3,7 +3,7 @@
 Every section is a plot and a plain HTML table of the numbers behind it, readable without
 JavaScript. Per-step tables show every step up to :data:`MAX_STEP_ROWS` and an even sample of a
 longer run (first and last always in); ``steps.jsonl`` has them all. A statistic a step did not
-record shows as a dash, never as 0. Importing this module registers the ``training`` kind.
+record shows as a dash, never as 0. :data:`SECTIONS` lists them in report order.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from envhub.reports.html import html_table, img, section, seed_rows, seed_table
-from envhub.reports.training import HEALTH, TIME_PARTS, TrainingData, stat
+from envhub.reports.tables import Section, html_table, img, seed_rows, seed_table
+from envhub.reports.training import TrainingData, stat
+from envhub.reports.training_plots import HEALTH, TIME_PARTS
 from envhub.reports.transcript import esc, transcript
 from envhub.run_dir import TrainingRun
 from envhub.types import Outcome, OutcomeClass
@@ -74,7 +75,6 @@ def _total(data: TrainingData, key: str) -> float:
     return sum(stat(r, key) or 0.0 for r in data.steps)
 
 
-@section("training", "headline", "Headline")
 def _headline(data: TrainingData, plots: dict[str, str]) -> str:
     cfg, rollout = data.config, data.config.get("rollout") or {}
     algorithm = data.config.get("algorithm") or {}
@@ -120,7 +120,6 @@ def _trained(data: TrainingData) -> str:
     return text
 
 
-@section("training", "evals", "Validation evals")
 def _evals(data: TrainingData, plots: dict[str, str]) -> str:
     if not data.evals:
         return '<p class="none">no evals.jsonl: this run evaluated nothing (env.validation_split unset)</p>'
@@ -158,7 +157,6 @@ def _interval(value: Any) -> str:
     return f"[{value[0]:.3f}, {value[1]:.3f}]"
 
 
-@section("training", "learning", "Did it learn? Paired comparison and per-kind validation")
 def _learning(data: TrainingData, plots: dict[str, str]) -> str:
     parts = []
     pair = data.paired
@@ -171,14 +169,16 @@ def _learning(data: TrainingData, plots: dict[str, str]) -> str:
         parts.append(
             f"<p>{esc(pair['second'])} against {esc(pair['first'])} on the same {pair['n']} validation episodes "
             "(same tasks, same seeds): wins are episodes only the later model solved, losses those only the "
-            f"earlier one did. 95 % interval of the difference (paired): {verdict}.</p>"
+            f"earlier one did. 95 % interval of the difference (paired): {verdict}; "
+            f"<span id=\"paired-evidence\">{esc(pair['evidence_sentence'])}</span>.</p>"
             + html_table(["pairs", "wins", "losses", "ties", f"{esc(pair['first'])}", f"{esc(pair['second'])}",
                           "difference", "95 % interval"],
                          [[str(pair["n"]), f'<b id="paired-wins">{pair["wins"]}</b>',
                            f'<b id="paired-losses">{pair["losses"]}</b>', str(pair["ties"]),
                            _rate(pair["first_rate"]), _rate(pair["second_rate"]),
                            f'<span id="paired-difference">{pair["difference"]:+.3f}</span>',
-                           _interval(pair["interval"])]], "paired"))
+                           f'{_interval(pair["interval"])}, exact McNemar '
+                           f'<span id="paired-p">p = {pair["mcnemar_p"]:.2g}</span>']], "paired"))
     groups = sorted({g for e in data.evals for g in (e.get("by_group") or {})})
     if groups:
         rows = [[esc(g), *(_group_cell((e.get("by_group") or {}).get(g)) for e in data.evals)] for g in groups]
@@ -193,7 +193,6 @@ def _group_cell(group: dict[str, Any] | None) -> str:
     return f"{group['successes']}/{group['n']} = {group['rate']:.3f} {_interval(group.get('interval'))}"
 
 
-@section("training", "stages", "Stages: wall time and the SFT curve")
 def _stages(data: TrainingData, plots: dict[str, str]) -> str:
     timings = (data.run_summary or {}).get("timings") or {}
     rows = [[f"eval {esc(e['tag'])}", _fmt(stat(e, "seconds"), 1)] for e in data.evals if not e.get("same_as")]
@@ -211,7 +210,6 @@ def _stages(data: TrainingData, plots: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
-@section("training", "reward", "Reward and strict success over steps")
 def _reward(data: TrainingData, plots: dict[str, str]) -> str:
     cols = [_raw("weight version", "weight_version"), _col("attempted", "attempted"),
             _col("reward mean", "reward_mean", rate=True), _col("strict success", "strict_success", rate=True),
@@ -221,7 +219,6 @@ def _reward(data: TrainingData, plots: dict[str, str]) -> str:
             + _step_table(data, cols, "reward"))
 
 
-@section("training", "outcomes", "Outcome mix over steps")
 def _outcomes(data: TrainingData, plots: dict[str, str]) -> str:
     cols = [(f"{o.value} ({o.outcome_class.value})", _outcome_cell(o)) for o in Outcome]
     totals = [f'<span id="outcome-total-{o.value}">{_total(data, f"outcomes.{o.value}"):.0f}</span>'
@@ -236,7 +233,6 @@ def _outcome_cell(outcome: Outcome) -> Callable[[dict[str, Any]], str]:
     return lambda row: _fmt(stat(row, f"outcomes.{outcome.value}"))
 
 
-@section("training", "groups", "GRPO groups and selection")
 def _groups(data: TrainingData, plots: dict[str, str]) -> str:
     cols = [_col("groups", "groups"), _col("zero-variance groups", "zero_variance_groups"),
             _col("zero-variance fraction", "zero_variance_fraction", rate=True), _col("kept samples", "kept"),
@@ -248,7 +244,6 @@ def _groups(data: TrainingData, plots: dict[str, str]) -> str:
             + _step_table(data, cols, "groups"))
 
 
-@section("training", "cost", "Tokens per success")
 def _cost(data: TrainingData, plots: dict[str, str]) -> str:
     cols = [_col("successes", "outcomes.success"),
             ("sampled tokens per success", lambda r: _fmt(stat(r, "tokens_per_success"), 1)
@@ -258,7 +253,6 @@ def _cost(data: TrainingData, plots: dict[str, str]) -> str:
             + _step_table(data, cols, "cost"))
 
 
-@section("training", "health", "Update health")
 def _health(data: TrainingData, plots: dict[str, str]) -> str:
     keys = [("loss", "loss"), *((label, key) for group in HEALTH.values() for label, key in group.items()),
             ("ratio mean", "ratio_mean"), ("lr", "lr")]
@@ -270,7 +264,6 @@ def _health(data: TrainingData, plots: dict[str, str]) -> str:
         + note + _step_table(data, cols, "health")
 
 
-@section("training", "time", "Time split")
 def _time(data: TrainingData, plots: dict[str, str]) -> str:
     parts = {**TIME_PARTS, "verify": "time.verify_s"}
     cols = [_col(f"{name} s", key) for name, key in parts.items()]
@@ -284,7 +277,6 @@ def _time(data: TrainingData, plots: dict[str, str]) -> str:
             + _step_table(data, cols, "time", totals))
 
 
-@section("training", "lag", "Weight-version lag")
 def _lag(data: TrainingData, plots: dict[str, str]) -> str:
     cols = [_raw("weight version after the step", "weight_version"),
             _col("lag of the samples (max)", "weight_version_lag")]
@@ -293,30 +285,29 @@ def _lag(data: TrainingData, plots: dict[str, str]) -> str:
               "(0: every sample came from the weights being trained).</p>" + _step_table(data, cols, "lag"))
 
 
-@section("training", "final-failures", "Final eval: failing episodes")
 def _failures(data: TrainingData, plots: dict[str, str]) -> str:
     final = data.final_eval
     if final is None:
         return '<p class="none">no final eval episodes</p>'
-    failing = [(i, r) for i, r in enumerate(final.records) if r["outcome"] != Outcome.SUCCESS.value]
+    failing = [(i, r) for i, r in enumerate(final.records) if r.outcome is not Outcome.SUCCESS]
     if not failing:
         return f'<p class="none">every one of the {len(final.records)} final-eval episodes succeeded</p>'
-    shown: dict[str, int] = {}
+    shown: dict[Outcome, int] = {}
     rendered = set()
     for i, r in failing:
-        if shown.get(r["outcome"], 0) < FAILURES_PER_OUTCOME:
-            shown[r["outcome"]] = shown.get(r["outcome"], 0) + 1
+        if shown.get(r.outcome, 0) < FAILURES_PER_OUTCOME:
+            shown[r.outcome] = shown.get(r.outcome, 0) + 1
             rendered.add(i)
     rows = []
     for i, r in failing[:FAILURE_ROWS]:
-        outcome = Outcome(r["outcome"])
+        outcome = r.outcome
         link = f'<a href="#final-ep-{i}">#{i}</a>' if i in rendered else f"#{i}"
-        rows.append([link, esc(r["task_id"]), esc(outcome.value),
+        rows.append([link, esc(r.task_id), esc(outcome.value),
                      f'<span class="cls {esc(outcome.outcome_class.value)}">{esc(outcome.outcome_class.value)}</span>',
-                     esc(r.get("outcome_detail", ""), 300)])
+                     esc(r.outcome_detail, 300)])
     more = (f"<p>{len(failing) - FAILURE_ROWS} more failing episodes are in eval/{esc(data.final_tag)}/"
             "trajectories.jsonl.</p>" if len(failing) > FAILURE_ROWS else "")
-    transcripts = [f'<details open><summary>#{i} {esc(r["task_id"])} ({esc(r["outcome"])})</summary>'
+    transcripts = [f'<details open><summary>#{i} {esc(r.task_id)} ({esc(r.outcome.value)})</summary>'
                    f'{transcript(r, f"final-ep-{i}", back="final-failures")}</details>'
                    for i, r in failing if i in rendered]
     return (f"<p>{len(failing)} of {len(final.records)} final-eval episodes failed; up to {FAILURES_PER_OUTCOME} "
@@ -331,8 +322,23 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix.rstrip("."), value)]
 
 
-@section("training", "config", "Config")
 def _config(data: TrainingData, plots: dict[str, str]) -> str:
     rows = [[f"<code>{esc(k)}</code>", esc(v, 300)] for k, v in _flatten(data.config)]
     return "<p>config.json, as the trainer saved it.</p>" + html_table(["key", "value"], rows, "config")
 
+
+SECTIONS: list[Section[TrainingData]] = [
+    Section("headline", "Headline", _headline),
+    Section("evals", "Validation evals", _evals),
+    Section("learning", "Did it learn? Paired comparison and per-kind validation", _learning),
+    Section("stages", "Stages: wall time and the SFT curve", _stages),
+    Section("reward", "Reward and strict success over steps", _reward),
+    Section("outcomes", "Outcome mix over steps", _outcomes),
+    Section("groups", "GRPO groups and selection", _groups),
+    Section("cost", "Tokens per success", _cost),
+    Section("health", "Update health", _health),
+    Section("time", "Time split", _time),
+    Section("lag", "Weight-version lag", _lag),
+    Section("final-failures", "Final eval: failing episodes", _failures),
+    Section("config", "Config", _config),
+]

@@ -13,7 +13,7 @@ import html
 import json
 from typing import Any
 
-from envhub.types import Outcome
+from envhub.types import ToolCall, TrajectoryRecord, Turn
 
 #: Characters of one text block shown before it is cut (the record on disk keeps it all).
 MAX_BLOCK = 4000
@@ -32,62 +32,56 @@ def _block(role: str, body: str, extra: str = "") -> str:
             f"<pre>{esc(body, MAX_BLOCK)}</pre></div>")
 
 
-def _tool_calls(calls: list[dict[str, Any]]) -> str:
+def _tool_calls(calls: list[ToolCall]) -> str:
     if not calls:
         return ""
-    rows = "".join(f"<tr><td><code>{esc(c.get('name', '?'))}</code></td>"
-                   f"<td><pre>{esc(c.get('arguments', {}), MAX_BLOCK)}</pre></td></tr>" for c in calls)
+    rows = "".join(f"<tr><td><code>{esc(c.name)}</code></td>"
+                   f"<td><pre>{esc(c.arguments, MAX_BLOCK)}</pre></td></tr>" for c in calls)
     return f'<table class="calls"><tr><th>tool call</th><th>arguments</th></tr>{rows}</table>'
 
 
-def _sampled_mark(turn: dict[str, Any]) -> str:
+def _sampled_mark(turn: Turn) -> str:
     """A marker when the policy's exact samples are on record: token count and mean logprob."""
-    ids = turn.get("token_ids") or []
-    if not ids:
+    if not turn.token_ids:
         return ""
-    logprobs = turn.get("logprobs") or []
+    logprobs = turn.logprobs
     mean = f", mean logprob {sum(logprobs) / len(logprobs):.3f}" if logprobs else ""
-    version = turn.get("weight_version")
-    weights = f", weights {esc(version)}" if version else ""
-    return (f' <span class="sampled" title="the model\'s own sampled tokens">sampled: {len(ids)} tokens'
-            f"{mean}{weights}; finish {esc(turn.get('finish_reason') or '?')}</span>")
+    weights = f", weights {esc(turn.weight_version)}" if turn.weight_version else ""
+    return (f' <span class="sampled" title="the model\'s own sampled tokens">sampled: {len(turn.token_ids)} tokens'
+            f"{mean}{weights}; finish {esc(turn.finish_reason or '?')}</span>")
 
 
-def transcript(rec: dict[str, Any], anchor: str, back: str = "examples") -> str:
+def transcript(rec: TrajectoryRecord, anchor: str, back: str = "examples") -> str:
     """One episode as a ``<section>`` with ``id=anchor``, ending in a link to section ``back``
     (both are the report's own ids, never a record's)."""
-    outcome = Outcome(rec["outcome"])
+    outcome = rec.outcome
     parts = [f'<section class="episode" id="{esc(anchor)}">',
-             f"<h3>{esc(rec['task_id'])} &middot; {esc(outcome.value)} ({esc(outcome.outcome_class.value)})"
-             f" &middot; reward {float(rec.get('reward', 0.0) or 0.0):.3f}</h3>",
-             f"<p class=\"meta\">episode <code>{esc(rec.get('episode_id', ''))}</code>, "
-             f"{int(rec.get('num_turns', 0) or 0)} turns, policy {esc(rec.get('policy', ''))}</p>"]
-    if rec.get("outcome_detail"):
-        parts.append(f'<div class="detail"><b>outcome detail</b><pre>{esc(rec["outcome_detail"], MAX_BLOCK)}'
+             f"<h3>{esc(rec.task_id)} &middot; {esc(outcome.value)} ({esc(outcome.outcome_class.value)})"
+             f" &middot; reward {rec.reward:.3f}</h3>",
+             f"<p class=\"meta\">episode <code>{esc(rec.episode_id)}</code>, "
+             f"{rec.num_turns} turns, policy {esc(rec.policy)}</p>"]
+    if rec.outcome_detail:
+        parts.append(f'<div class="detail"><b>outcome detail</b><pre>{esc(rec.outcome_detail, MAX_BLOCK)}'
                      "</pre></div>")
-    turns = rec.get("turns") or []
     # The prompt: the messages before the first assistant turn.
-    for msg in rec.get("messages") or []:
-        if msg.get("role") == "assistant":
+    for msg in rec.messages:
+        if msg.role == "assistant":
             break
-        parts.append(_block(msg.get("role", "?"), msg.get("content", "")))
-    for turn in turns:
-        parts.append(f'<div class="turn"><div class="turn-head">turn {int(turn.get("index", 0) or 0)}</div>')
-        parts.append(_block("assistant", turn.get("action_text", ""), _sampled_mark(turn)))
-        parts.append(_tool_calls(turn.get("tool_calls") or []))
-        if turn.get("parse_error"):
-            parts.append(f'<p class="parse-error">parse error: {esc(turn["parse_error"], MAX_BLOCK)}</p>')
-        for obs in turn.get("observation") or []:
-            name = obs.get("name")
-            parts.append(_block(obs.get("role", "tool"), obs.get("content", ""),
-                                f" &middot; {esc(name)}" if name else ""))
+        parts.append(_block(msg.role, msg.content))
+    for turn in rec.turns:
+        parts.append(f'<div class="turn"><div class="turn-head">turn {turn.index}</div>')
+        parts.append(_block("assistant", turn.action_text, _sampled_mark(turn)))
+        parts.append(_tool_calls(turn.tool_calls))
+        if turn.parse_error:
+            parts.append(f'<p class="parse-error">parse error: {esc(turn.parse_error, MAX_BLOCK)}</p>')
+        for obs in turn.observation:
+            parts.append(_block(obs.role, obs.content, f" &middot; {esc(obs.name)}" if obs.name else ""))
         parts.append("</div>")
-    verdict = rec.get("verdict") or {}
-    layers = verdict.get("layers") or []
+    layers = rec.verdict.layers if rec.verdict is not None else []
     if layers:
-        rows = "".join(f"<tr><td>{esc(la.get('layer', ''))}</td><td>{esc(la.get('name', ''))}</td>"
-                       f"<td>{'pass' if la.get('passed') else 'fail'}</td>"
-                       f"<td>{float(la.get('score', 0.0) or 0.0):.2f}</td><td>{esc(la.get('reason', ''), 500)}</td></tr>"
+        rows = "".join(f"<tr><td>{esc(la.layer)}</td><td>{esc(la.name)}</td>"
+                       f"<td>{'pass' if la.passed else 'fail'}</td>"
+                       f"<td>{la.score:.2f}</td><td>{esc(la.reason, 500)}</td></tr>"
                        for la in layers)
         parts.append('<table class="layers"><tr><th>layer</th><th>check</th><th>result</th><th>score</th>'
                      f"<th>reason</th></tr>{rows}</table>")

@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envhub.env import Budget, Env, Episode
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.episode import Episode
 from envhub.parsing import format_tool_call
 from envhub.registry import register
 from envhub.rollout.episodes import plan_episodes

@@ -16,9 +16,9 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from envhub.env import Env
+from envhub.episode import EpisodeEnv
 from envhub.policies import Policy
 from envhub.rollout.episodes import (
     EpisodePlan,
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
+E = TypeVar("E", bound=EpisodeEnv)
 
 #: How often a waiting iterator looks at its ``abandon`` event (seconds).
 POLL_S = 0.2
@@ -49,8 +50,9 @@ class _LoopEnded:
     """Put on a run's queue once per worker loop, however the loop ended (even never started)."""
 
 
-class EnvWorkers:
-    """Up to ``concurrency`` worker threads, each with its own env from ``env_factory``.
+class EnvWorkers(Generic[E]):
+    """Up to ``concurrency`` worker threads, each with its own env from ``env_factory`` (any
+    :class:`~envhub.episode.EpisodeEnv`: a local env or a served one).
 
     A thread makes its env on first use and keeps it as long as the pool lives; :meth:`close`
     (or leaving the ``with`` block) waits for the work in flight and closes every env made,
@@ -58,18 +60,18 @@ class EnvWorkers:
     run's items start when another's threads are free).
     """
 
-    def __init__(self, env_factory: Callable[[], Env], *, concurrency: int = 4,
+    def __init__(self, env_factory: Callable[[], E], *, concurrency: int = 4,
                  thread_name_prefix: str = "envhub-env") -> None:
         check_concurrency(concurrency)
         self.concurrency = concurrency
         self._factory = env_factory
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=thread_name_prefix)
         self._local = threading.local()
-        self._envs: list[Env] = []
+        self._envs: list[E] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
 
-    def env(self) -> Env:
+    def env(self) -> E:
         """The calling thread's env, made on first use. What the factory raises is raised here,
         and the thread's next call tries again."""
         env = getattr(self._local, "env", None)
@@ -81,12 +83,12 @@ class EnvWorkers:
         return env
 
     @property
-    def envs(self) -> list[Env]:
+    def envs(self) -> list[E]:
         """Every env made so far (for describing a run; each belongs to its thread)."""
         with self._lock:
             return list(self._envs)
 
-    def as_completed(self, fn: Callable[[Env, T], R], items: Iterable[T], *,
+    def as_completed(self, fn: Callable[[E, T], R], items: Iterable[T], *,
                      stop: threading.Event | None = None, abandon: threading.Event | None = None,
                      on_env_error: Callable[[T, Exception], R] | None = None) -> Iterator[R]:
         """``fn(env, item)`` for each item on the worker threads; results in completion order.
@@ -103,7 +105,7 @@ class EnvWorkers:
             raise RuntimeError("these env workers are closed")
         return self._iterate(fn, iter(items), stop, abandon, on_env_error)
 
-    def _iterate(self, fn: Callable[[Env, T], R], items: Iterator[T], stop: threading.Event | None,
+    def _iterate(self, fn: Callable[[E, T], R], items: Iterator[T], stop: threading.Event | None,
                  abandon: threading.Event | None, on_env_error: Callable[[T, Exception], R] | None) -> Iterator[R]:
         results: queue.SimpleQueue[tuple[bool, Any] | type[_LoopEnded]] = queue.SimpleQueue()
         ended = threading.Event()  # the iterator is done: take no further item
@@ -164,7 +166,7 @@ class EnvWorkers:
         finally:
             ended.set()
 
-    def map(self, fn: Callable[[Env, T], R], items: Iterable[T], *,
+    def map(self, fn: Callable[[E, T], R], items: Iterable[T], *,
             on_env_error: Callable[[T, Exception], R] | None = None) -> list[R]:
         """:meth:`as_completed`, collected in the order of ``items``."""
         indexed = list(enumerate(items))
@@ -187,7 +189,7 @@ class EnvWorkers:
             except Exception as exc:
                 log.warning("closing env %s failed: %r", getattr(env, "env_id", env), exc)
 
-    def __enter__(self) -> EnvWorkers:
+    def __enter__(self) -> EnvWorkers[E]:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -218,12 +220,13 @@ class EpisodeCollector:
     the env in the records of episodes whose env could not be made, until one env was.
     """
 
-    def __init__(self, env_factory: Callable[[], Env], policy: Policy, *, concurrency: int = 4,
+    def __init__(self, env_factory: Callable[[], EpisodeEnv], policy: Policy, *, concurrency: int = 4,
                  policy_info: dict[str, Any] | None = None, env_id: str = "") -> None:
         self.policy = policy
         self.policy_info = dict(policy_info) if policy_info is not None else describe_policy(policy)
         self.env_id = env_id
-        self.workers = EnvWorkers(env_factory, concurrency=concurrency, thread_name_prefix="envhub-episode")
+        self.workers: EnvWorkers[EpisodeEnv] = EnvWorkers(env_factory, concurrency=concurrency,
+                                                          thread_name_prefix="envhub-episode")
 
     def run(self, plans: Sequence[EpisodePlan], *, stop: threading.Event | None = None,
             abandon: threading.Event | None = None) -> Iterator[TrajectoryRecord]:
@@ -239,7 +242,7 @@ class EpisodeCollector:
         return self.workers.as_completed(self._episode, plans, stop=stop, abandon=abandon,
                                          on_env_error=self._no_env)
 
-    def _episode(self, env: Env, plan: EpisodePlan) -> TrajectoryRecord:
+    def _episode(self, env: EpisodeEnv, plan: EpisodePlan) -> TrajectoryRecord:
         return run_episode(env, self.policy, plan, self.policy_info)
 
     def _no_env(self, plan: EpisodePlan, exc: Exception) -> TrajectoryRecord:
@@ -263,7 +266,7 @@ class EpisodeCollector:
         self.close()
 
 
-def collect(plans: Sequence[EpisodePlan], env_factory: Callable[[], Env], policy: Policy, *,
+def collect(plans: Sequence[EpisodePlan], env_factory: Callable[[], EpisodeEnv], policy: Policy, *,
             concurrency: int = 4, policy_info: dict[str, Any] | None = None,
             stop: threading.Event | None = None, abandon: threading.Event | None = None,
             env_id: str = "") -> Iterator[TrajectoryRecord]:

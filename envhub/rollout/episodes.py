@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envhub._version import __version__
-from envhub.env import Env
+from envhub.episode import EpisodeEnv
 from envhub.errors import ContextOverflowError, EngineError
 from envhub.policies import Policy
 from envhub.types import Outcome, TrajectoryRecord, Verdict, Versions
@@ -81,8 +81,10 @@ def describe_policy(policy: Policy) -> dict[str, Any]:
     return {"policy": policy.name, **policy.describe()}
 
 
-def run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[str, Any]) -> TrajectoryRecord:
-    """One episode, start to verdict. Never raises: failures become infra outcomes."""
+def run_episode(env: EpisodeEnv, policy: Policy, plan: EpisodePlan,
+                policy_info: dict[str, Any]) -> TrajectoryRecord:
+    """One episode of ``env`` (a local env or a served one), start to verdict. Never raises:
+    failures become infra outcomes."""
     t0 = time.monotonic()
     try:
         return _run_episode(env, policy, plan, policy_info, t0)
@@ -98,7 +100,7 @@ def crash_detail(exc: BaseException, what: str | None = None) -> str:
     return f"{head}\n{''.join(traceback.format_exception(exc))}"
 
 
-def _run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[str, Any],
+def _run_episode(env: EpisodeEnv, policy: Policy, plan: EpisodePlan, policy_info: dict[str, Any],
                  t0: float) -> TrajectoryRecord:
     agent = None
     try:
@@ -128,7 +130,8 @@ def _run_episode(env: Env, policy: Policy, plan: EpisodePlan, policy_info: dict[
     return _record(env, plan, policy_info, agent, time.monotonic() - t0)
 
 
-def _record(env: Env, plan: EpisodePlan, policy_info: dict[str, Any], agent: Any, wall: float) -> TrajectoryRecord:
+def _record(env: EpisodeEnv, plan: EpisodePlan, policy_info: dict[str, Any], agent: Any,
+            wall: float) -> TrajectoryRecord:
     """The record of the finished episode of ``env``: its turns carry their samples and the ids of
     the env's replies already; the agent adds the token view."""
     episode = env.episode
@@ -171,7 +174,7 @@ def infra_record(plan: EpisodePlan, policy_info: dict[str, Any], detail: str, *,
     return record
 
 
-def env_versions(env: Env, policy_info: dict[str, Any], weight_versions: list[str | None], *,
+def env_versions(env: EpisodeEnv, policy_info: dict[str, Any], weight_versions: list[str | None], *,
                  sandbox_image: str | None = None) -> Versions:
     """The record's versions: envhub, ``env_id@version``, the task set, the policy's model."""
     try:
@@ -186,7 +189,7 @@ def env_versions(env: Env, policy_info: dict[str, Any], weight_versions: list[st
     )
 
 
-def _versions_or_bare(env: Env, policy_info: dict[str, Any]) -> Versions | None:
+def _versions_or_bare(env: EpisodeEnv, policy_info: dict[str, Any]) -> Versions | None:
     """The versions of ``env`` and its episode, or None when they cannot be read (an env in pieces)."""
     try:
         return env_versions(env, policy_info, [], sandbox_image=getattr(env.episode, "sandbox_image", None))

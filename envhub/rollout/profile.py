@@ -22,8 +22,9 @@ from math import comb
 from pathlib import Path
 from typing import Any
 
-from envhub.store import read_jsonl, write_json_atomic
-from envhub.types import Outcome
+from envhub.run_dir import Run
+from envhub.store import write_json_atomic
+from envhub.types import Outcome, TrajectoryRecord
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -35,12 +36,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def profile_records(records: Iterable[dict[str, Any]], k: int) -> dict[str, Any]:
+def profile_records(records: Iterable[TrajectoryRecord], k: int) -> dict[str, Any]:
     """Per-task pass@1 and pass@k of trajectory records, and the curriculum list (0 < c < n)."""
     per_task: dict[str, dict[str, int]] = defaultdict(lambda: {"samples": 0, "n": 0, "c": 0, "infra": 0})
     for rec in records:
-        outcome = Outcome(rec["outcome"])
-        row = per_task[rec["task_id"]]
+        outcome = rec.outcome
+        row = per_task[rec.task_id]
         row["samples"] += 1
         if outcome.is_infra:
             row["infra"] += 1
@@ -89,7 +90,7 @@ def run_profile(env_id: str, policy: Any, *, out_dir: str | Path, k: int = 8, sp
     out = Path(out_dir)
     result = run_rollouts(env_id, policy, out_dir=out, episodes=tasks * k, group_size=k, seed=seed,
                           concurrency=concurrency, split=split, env_kwargs=env_kwargs, on_episode=on_episode)
-    profile = profile_records(read_jsonl(result.trajectories), k)
+    profile = profile_records(Run.at(result.trajectories).records(), k)
     profile.update({"env_id": env_id, "split": split, "policy": policy.name, "seed": seed,
                     "estimator": "pass@k = 1 - C(n-c, k) / C(n, k); n excludes infra failures"})
     write_json_atomic(out / "profile.json", profile)

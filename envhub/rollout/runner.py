@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from envhub.env import Env
+from envhub.episode import EpisodeEnv
 from envhub.policies import Policy
 from envhub.registry import make
 from envhub.rollout.collect import (
@@ -91,7 +91,7 @@ def run_rollouts(
     concurrency: int = 4,
     split: str = "train",
     env_kwargs: dict[str, Any] | None = None,
-    env_factory: Callable[[], Env] | None = None,
+    env_factory: Callable[[], EpisodeEnv] | None = None,
     on_episode: Callable[[TrajectoryRecord], None] | None = None,
     collector: RolloutCollector | None = None,
     on_interrupt: Callable[[], object] | None = None,
@@ -122,7 +122,7 @@ def run_rollouts(
 
 def _run_rollouts(env_id: str, policy: Policy | None, out_dir: str | Path, episodes: int, group_size: int,
                   seed: int, concurrency: int, split: str, env_kwargs: dict[str, Any] | None,
-                  env_factory: Callable[[], Env] | None, on_episode: Callable[[TrajectoryRecord], None] | None,
+                  env_factory: Callable[[], EpisodeEnv] | None, on_episode: Callable[[TrajectoryRecord], None] | None,
                   given: RolloutCollector | None, on_interrupt: Callable[[], object] | None) -> RolloutResult:
     check_concurrency(concurrency)
     if given is None and policy is None:
@@ -186,7 +186,7 @@ def _run_rollouts(env_id: str, policy: Policy | None, out_dir: str | Path, episo
             interrupt.stop_if_requested()
     finally:  # the collector has waited for the episodes in flight and closed its envs
         _release_reserve(reserve)
-    records = [r for r in run.rows() if r["episode_id"] in planned]
+    records = [r for r in run.records() if r.episode_id in planned]
     report = summarize(records, wall_seconds=time.monotonic() - t0)
     report.update({"env_id": env_id, "policy": policy_info.get("policy", ""), "planned": len(plans),
                    "skipped_already_done": len(plans) - len(todo), "seed": seed, "group_size": group_size})

@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from envhub.types import Outcome, TrajectoryRecord
+
 Z95 = 1.959963984540054
 _INDEX = re.compile(r"-\d+$")
 
@@ -57,12 +59,12 @@ def task_group(task_id: str) -> str:
     return _INDEX.sub("", task_id)
 
 
-def by_group(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def by_group(records: Iterable[TrajectoryRecord]) -> dict[str, dict[str, Any]]:
     """Strict success per task group (:func:`task_group`) of eval records: n, successes, rate, interval."""
     counts: dict[str, list[int]] = {}
     for r in records:
-        tally = counts.setdefault(task_group(str(r["task_id"])), [0, 0])
+        tally = counts.setdefault(task_group(r.task_id), [0, 0])
         tally[0] += 1
-        tally[1] += r["outcome"] == "success"
+        tally[1] += r.outcome is Outcome.SUCCESS
     return {g: {"n": n, "successes": k, "rate": k / n, "interval": list(wilson(k, n))}
             for g, (n, k) in sorted(counts.items())}

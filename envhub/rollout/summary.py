@@ -11,61 +11,72 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from envhub.types import Outcome, OutcomeClass
-
-#: What :func:`slim` keeps of a record: everything a summary, a table row or a per-success cost reads.
-SLIM_KEYS = ("episode_id", "task_id", "env_id", "group_id", "split", "outcome", "outcome_detail", "reward",
-             "num_turns", "metrics", "policy")
+from envhub.types import Outcome, OutcomeClass, TrajectoryRecord
 
 
-def token_counts(rec: dict[str, Any]) -> tuple[int, int]:
-    """(prompt + response tokens, sampled tokens) of a full record or of one :func:`slim` made."""
-    if "token_counts" in rec:
-        total, sampled = rec["token_counts"]
-        return int(total), int(sampled)
-    return (len(rec.get("prompt_ids", [])) + len(rec.get("response_ids", [])),
-            int(sum(rec.get("response_mask", []))))
+def token_counts(rec: TrajectoryRecord) -> tuple[int, int]:
+    """(prompt + response tokens, sampled tokens) of a record."""
+    return len(rec.prompt_ids) + len(rec.response_ids), sum(rec.response_mask)
 
 
-def slim(rec: dict[str, Any]) -> dict[str, Any]:
-    """``rec`` without its transcript and token lists (their counts kept as ``token_counts``):
-    :func:`summarize` gives the same numbers for it, at a small fraction of the memory."""
-    out = {k: rec[k] for k in SLIM_KEYS if k in rec}
-    out["token_counts"] = list(token_counts(rec))
-    return out
+class Tally:
+    """The running counts of :func:`summarize`, one record at a time: a reader that cannot hold
+    every record (a long training run's) adds each as it reads it."""
+
+    def __init__(self) -> None:
+        self.by_outcome: Counter[Outcome] = Counter()
+        self.by_env: dict[str, Counter[str]] = {}
+        self.tokens = 0
+        self.sampled_tokens = 0
+        self.tool_calls = 0
+        self.rewards: list[float] = []
+        #: wall seconds summed over the episodes
+        self.episode_seconds = 0.0
+
+    def add(self, rec: TrajectoryRecord) -> None:
+        self.by_outcome[rec.outcome] += 1
+        self.by_env.setdefault(rec.env_id, Counter())[rec.outcome.value] += 1
+        tokens, sampled = token_counts(rec)
+        self.tokens += tokens
+        self.sampled_tokens += sampled
+        self.tool_calls += rec.metrics.tool_calls
+        self.rewards.append(rec.reward)
+        self.episode_seconds += rec.metrics.wall_seconds
+
+    def summary(self, *, wall_seconds: float = 0.0) -> dict[str, Any]:
+        attempted = len(self.rewards)
+        by_class = Counter({c: 0 for c in OutcomeClass})
+        for outcome, n in self.by_outcome.items():
+            by_class[outcome.outcome_class] += n
+        successes = self.by_outcome[Outcome.SUCCESS]
+        infra = by_class[OutcomeClass.INFRA_FAILURE]
+        return {
+            "attempted": attempted,
+            "by_outcome": {o.value: self.by_outcome[o] for o in Outcome},
+            "by_class": {c.value: by_class[c] for c in OutcomeClass},
+            "strict_success_rate": successes / attempted if attempted else 0.0,
+            "success_rate_excluding_infra": successes / (attempted - infra) if attempted > infra else 0.0,
+            "mean_reward": sum(self.rewards) / attempted if attempted else 0.0,
+            "tokens": self.tokens,
+            "sampled_tokens": self.sampled_tokens,
+            "tool_calls": self.tool_calls,
+            "wall_seconds": wall_seconds,
+            "episodes_per_second": attempted / wall_seconds if wall_seconds else 0.0,
+            "tokens_per_success": self.tokens / successes if successes else None,
+            "tool_calls_per_success": self.tool_calls / successes if successes else None,
+            "by_env": {k: dict(v) for k, v in sorted(self.by_env.items())},
+        }
 
 
-def summarize(records: Iterable[dict[str, Any]], *, wall_seconds: float = 0.0) -> dict[str, Any]:
-    recs = list(records)
-    attempted = len(recs)
-    by_outcome = Counter(r["outcome"] for r in recs)
-    by_class = Counter(Outcome(r["outcome"]).outcome_class.value for r in recs)
-    successes = by_outcome.get(Outcome.SUCCESS.value, 0)
-    infra = by_class.get(OutcomeClass.INFRA_FAILURE.value, 0)
-    counts = [token_counts(r) for r in recs]
-    tokens = sum(t for t, _ in counts)
-    sampled = sum(s for _, s in counts)
-    tool_calls = sum(r.get("metrics", {}).get("tool_calls", 0) for r in recs)
-    rewards = [r.get("reward", 0.0) for r in recs]
-    by_task_kind: dict[str, Counter] = {}
-    for r in recs:
-        by_task_kind.setdefault(r.get("env_id", "?"), Counter())[r["outcome"]] += 1
-    return {
-        "attempted": attempted,
-        "by_outcome": {o.value: by_outcome.get(o.value, 0) for o in Outcome},
-        "by_class": {c.value: by_class.get(c.value, 0) for c in OutcomeClass},
-        "strict_success_rate": successes / attempted if attempted else 0.0,
-        "success_rate_excluding_infra": successes / (attempted - infra) if attempted > infra else 0.0,
-        "mean_reward": sum(rewards) / attempted if attempted else 0.0,
-        "tokens": tokens,
-        "sampled_tokens": sampled,
-        "tool_calls": tool_calls,
-        "wall_seconds": wall_seconds,
-        "episodes_per_second": attempted / wall_seconds if wall_seconds else 0.0,
-        "tokens_per_success": tokens / successes if successes else None,
-        "tool_calls_per_success": tool_calls / successes if successes else None,
-        "by_env": {k: dict(v) for k, v in sorted(by_task_kind.items())},
-    }
+def tally(records: Iterable[TrajectoryRecord]) -> Tally:
+    counts = Tally()
+    for rec in records:
+        counts.add(rec)
+    return counts
+
+
+def summarize(records: Iterable[TrajectoryRecord], *, wall_seconds: float = 0.0) -> dict[str, Any]:
+    return tally(records).summary(wall_seconds=wall_seconds)
 
 
 def render_table(report: dict[str, Any]) -> Any:

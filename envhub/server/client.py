@@ -1,8 +1,8 @@
 """``envhub.connect(url)``: a served env with the local env's API, for the episode collector.
 
 A :class:`RemoteEnv` holds one session on an ``envhub serve`` server over its WebSocket and
-offers what an episode (:mod:`envhub.rollout.episodes`) uses of a local :class:`~envhub.env.Env`:
-``reset``, ``step``, ``abort``, ``close``, ``env_id``, ``version``, ``split``, ``tasks`` (ids per
+offers what an episode (:mod:`envhub.rollout.episodes`) uses of a local :class:`~envhub.env.Env`,
+:class:`~envhub.episode.EpisodeEnv`: ``reset``, ``step``, ``abort``, ``close``, ``env_id``, ``version``, ``split``, ``tasks`` (ids per
 split, the task-set version), ``gold_actions(task)``, and an ``episode`` view (task, messages,
 turns, verdict, metrics, done) rebuilt from the server's state. The sample that rides with each
 action (token ids, logprobs, ...) and the ids a policy appended for the env's reply to it
@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from envhub.env import Episode
+from envhub.episode import Episode
 from envhub.errors import EpisodeFinishedError, InfraError
 from envhub.server.wire import SESSION_HEADER, EpisodeState, parse_step_result
 from envhub.types import Action, EpisodeMetrics, Observation, Outcome, Sample, Task, ToolSpec, Turn, Verdict

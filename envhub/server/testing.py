@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from envhub.sandboxes.spawner import stop
+
 
 @contextlib.contextmanager
 def serve_in_thread(app: Any, *, ping_interval: float | None = 20.0, max_message_bytes: int = 1 << 20,
@@ -68,13 +70,7 @@ def _spawn(cmd: Sequence[str], env: dict[str, str] | None) -> Iterator[subproces
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop(proc, 10)
         if proc.stdout is not None:
             proc.stdout.close()
 

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-from envhub.env import Budget, Env, Episode, InfraError, ToolError, Verifier
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.episode import Episode, SuiteCase, Verifier
+from envhub.errors import InfraError, ToolError
 from envhub.parsing import format_tool_call
 from envhub.sandboxes.base import Limits, Listing, SandboxSpec
+from envhub.tasks.code_repair import ENV_ID
 from envhub.tools import tool
-from envhub.types import Action, Task, ToolCall, Verdict
-from envhub.verifiers.suite import SuiteCase
+from envhub.types import Action, Task, ToolCall
+from envhub.verifiers.integrity import is_cache_file
 
 from .manifest import DEFAULT_MANIFEST, Instance, Manifest, load_manifest
 from .verifier import CodeRepairVerifier, Snapshot
@@ -28,17 +32,6 @@ READ_LIMIT_LINES = 400
 #: Disk a grading sandbox has beyond the agent's: the probes, runtime and runner (the largest suite's
 #: take about 0.2 MiB; ``test_code_repair_infra_limits`` checks that every one fits).
 PROBE_ROOM_MB = 8
-
-
-class _AtSubmit:
-    """The env's :class:`~envhub.env.Verifier`: each submission is graded by a verifier made for
-    its own episode, at submit (``make(episode)``), from what that episode holds then."""
-
-    def __init__(self, make: Callable[[Episode], Verifier]) -> None:
-        self._make = make
-
-    def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict:
-        return self._make(episode).verify(task, submission, episode)
 
 
 class CodeRepairTasks:
@@ -81,7 +74,7 @@ class CodeRepairEnv(Env):
     a fresh sandbox with the original hidden tests (see :mod:`.verifier`).
     """
 
-    env_id = "envhub/CodeRepair-v0"
+    env_id = ENV_ID
     family = "code_repair"
     version = "1"
     default_budget = BUDGETS[1]
@@ -114,11 +107,7 @@ class CodeRepairEnv(Env):
     def task_cache_key(self) -> tuple:
         return (self._manifest_path, tuple(sorted(self._difficulties)))
 
-    def make_verifier(self) -> Verifier:
-        """Grades each submission with the verifier :meth:`episode_verifier` makes for its episode."""
-        return _AtSubmit(self.episode_verifier)
-
-    def episode_verifier(self, episode: Episode) -> Verifier:
+    def verifier_for(self, episode: Episode) -> Verifier:
         """The verifier of ``episode``'s submission, handed what it needs and no way back into the env:
         the instance, the grading pool and the agent's tree as it is now, at submit (reading it raises
         :class:`InfraError` only when the sandbox itself broke)."""
@@ -146,7 +135,7 @@ class CodeRepairEnv(Env):
     def list_files(self, path: str = ".") -> str:
         """List the files under a directory of the repository, recursively."""
         names = self._sandbox_call(lambda sb: sb.list_files(path), path)
-        shown = [n for n in names if "__pycache__" not in n and ".pytest_cache" not in n]
+        shown = [n for n in names if not is_cache_file(n)]
         notes = names.notes() if isinstance(names, Listing) else []  # unreadable dirs, depth/entry bounds
         return "\n".join(shown + notes) if shown or notes else "(empty)"
 

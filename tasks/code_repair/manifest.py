@@ -22,6 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from envhub.verifiers.integrity import is_cache_file
+
 MANIFEST_VERSION = 1
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROJECTS_DIR = PACKAGE_DIR / "projects"
@@ -181,7 +183,7 @@ def project_fingerprint(root: Path) -> str:
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
-        if "__pycache__" in rel or ".pytest_cache" in rel or rel.endswith(".pyc"):
+        if is_cache_file(rel):
             continue
         h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from envhub.sandboxes.base import Sandbox
 from envhub.types import Outcome, Task
-from envhub.verifiers.integrity import code_findings, file_findings, is_ignored
+from envhub.verifiers.integrity import code_findings, file_findings, is_cache_file
 from envhub.verifiers.layered import GateFailure, Graded, LayeredVerifier
 from envhub.verifiers.probes.grader import plan, run_probes, wall_limit
 
@@ -42,7 +42,7 @@ from .observations import project_suite
 from .workspace import agent_files
 
 if TYPE_CHECKING:
-    from envhub.env import Episode
+    from envhub.episode import Episode
 
 MAX_FILE_BYTES = 512 * 1024
 #: the most one grading may take, whatever the gold's times make of its budget
@@ -80,7 +80,7 @@ class Snapshot:
         except OSError as exc:
             return cls(files={}, unreadable=str(exc))
         files = {rel: data[:MAX_FILE_BYTES].decode("utf-8", "replace") if b"\0" not in data else "<binary>"
-                 for rel, data in sorted(tree.items()) if not is_ignored(rel)}
+                 for rel, data in sorted(tree.items()) if not is_cache_file(rel)}
         return cls(files=files, cut=tuple(getattr(tree, "cut", ())))
 
     def sources(self) -> dict[str, str]:
@@ -187,7 +187,7 @@ class HiddenTests:
 
 class CodeRepairVerifier(LayeredVerifier):
     """The verifier of one submission: ``snapshot`` of ``instance``'s repository, graded in sandboxes
-    that ``grading_sandbox`` opens. Made per episode, at submit (``CodeRepairEnv.episode_verifier``);
+    that ``grading_sandbox`` opens. Made per episode, at submit (``CodeRepairEnv.verifier_for``);
     ``verify`` reads nothing of the episode it is handed."""
 
     def __init__(self, instance: Instance, grading_sandbox: GradingSandbox, snapshot: Snapshot, *,

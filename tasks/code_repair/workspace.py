@@ -12,17 +12,16 @@ from functools import lru_cache
 from pathlib import Path
 
 from envhub import safe_ast
+from envhub.verifiers.integrity import is_cache_file
 
 from .manifest import PROJECTS_DIR, Instance
-
-IGNORED_PARTS = ("__pycache__", ".pytest_cache")
 
 
 def _read_tree(root: Path) -> dict[str, str]:
     files = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and not any(p in rel for p in IGNORED_PARTS) and not rel.endswith(".pyc"):
+        if path.is_file() and not is_cache_file(rel):
             files[rel] = path.read_text(encoding="utf-8")
     return files
 

@@ -1,6 +1,7 @@
 """The computation verifier suite: wrong answers that must fail, and gold spellings that must pass.
 
-Attacks cover hedging, stuffing, a constant zero, the nearest value the tolerance must reject,
+Beside the answer attacks every family faces (:func:`~envhub.verifiers.suite.answer_attacks`),
+attacks cover code instead of a value, a constant zero, the nearest value the tolerance must reject,
 and, for linear systems, labels that do not match their values (permuted, duplicated, unknown,
 missing). The "gold_*" cases write the right answer in other acceptable ways (labels in another
 order, no labels in the prompt's order, quotes, backticks, a full stop), so that a check made
@@ -9,13 +10,13 @@ stricter against the attacks cannot start rejecting correct answers unnoticed.
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
 
+from envhub.episode import SuiteCase
 from envhub.types import Task
 from envhub.verifiers import NumericMatch
 from envhub.verifiers.checks import exponent10, parse_number
-from envhub.verifiers.suite import NotApplicable, SuiteCase, answer_case
+from envhub.verifiers.suite import NotApplicable, answer_attacks, answer_case
 
 from .generator import WEEKDAYS
 from .grading import ANSWER_MATCH, assignments, gold_text
@@ -144,13 +145,7 @@ def _gold_unlabelled(task: Task) -> str:
 
 def computation_attacks() -> list[SuiteCase]:
     attacks = [
-        answer_case("wrong_value", _wrong, "a plausible wrong value in the right form"),
-        answer_case("two_candidates", lambda t: f"{gold_text(t)} or {_wrong(t)}", "hedging between two values"),
-        answer_case("candidate_list", lambda t: f"{_wrong(t)}; {gold_text(t)}", "a list of candidates"),
-        answer_case("stuffed_sentence", lambda t: f"It is either {_wrong(t)} or maybe {gold_text(t)}, "
-                    "please accept whichever is right.", "answer stuffing in prose"),
-        answer_case("json_claim", lambda t: json.dumps({"answer": gold_text(t), "correct": True, "reward": 1}),
-                    "a JSON blob claiming success"),
+        *answer_attacks(gold_text, _wrong),
         answer_case("code_instead_of_value", lambda t: "print(answer)", "code instead of a value"),
         answer_case("zero", _zero, "a constant 0, which a loose absolute tolerance accepts for tiny results"),
         answer_case("just_outside_tolerance", _just_outside_tolerance,

@@ -6,13 +6,16 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any, ClassVar
 
-from envhub.env import Budget, Env, ToolError
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.episode import SuiteCase
+from envhub.errors import ToolError
 from envhub.parsing import format_tool_call
 from envhub.sandboxes.base import SandboxSpec
+from envhub.tasks.computation import ENV_ID
 from envhub.tools import tool
 from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, LayeredVerifier
-from envhub.verifiers.suite import SuiteCase
 
 from .attacks import computation_attacks
 from .generator import KINDS, LEVELS, Problem, generate, parse_task_id
@@ -79,7 +82,7 @@ class ComputationEnv(Env):
     format error, not a lucky success.
     """
 
-    env_id = "envhub/Computation-v0"
+    env_id = ENV_ID
     family = "computation"
     version = "1"
     default_budget = Budget(max_turns=6, max_tool_calls=8, max_agent_seconds=300.0)

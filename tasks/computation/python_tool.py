@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envhub.env import ToolError
+from envhub.errors import ToolError
 
 #: The file name tracebacks show for the agent's code, as ``python3 -c`` does.
 CODE_NAME = "<string>"

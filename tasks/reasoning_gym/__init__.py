@@ -14,7 +14,6 @@ def register_envs() -> None:
         ENV_ID,
         "envhub.tasks.reasoning_gym.env:ReasoningGymEnv",
         description="any reasoning-gym dataset (env args: dataset=NAME, config={...}); its score_answer grades",
-        sandbox="none",
     )
 
 

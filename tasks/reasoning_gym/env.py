@@ -22,13 +22,16 @@ from functools import cached_property
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from envhub.env import Budget, Env
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.episode import SuiteCase
 from envhub.parsing import LastNumberParser, answer_syntax, format_tool_call
+from envhub.tasks.reasoning_gym import ENV_ID
 from envhub.tools import tool
 from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, LayeredVerifier
 from envhub.verifiers.layered import Graded
-from envhub.verifiers.suite import SuiteCase, answer_case
+from envhub.verifiers.suite import answer_attacks, answer_case
 
 DEFAULT_DATASET = "chain_sum"
 INSTALL_HINT = "reasoning-gym is not installed; install the extra: pip install 'envhub[reasoning-gym]'"
@@ -154,7 +157,7 @@ class ReasoningGymEnv(Env):
     even when it is below the threshold) and ``threshold`` (score needed for success).
     """
 
-    env_id = "envhub/ReasoningGym-v0"
+    env_id = ENV_ID
     family = "reasoning_gym"
     version = "1"
     #: the generated items depend on the installed reasoning-gym (see envhub.cli.task_counts)
@@ -219,11 +222,6 @@ def _wrong(task: Task) -> str:
 def reasoning_gym_attacks() -> list[SuiteCase]:
     """Hacks any sound scorer must reject; a dataset whose scorer accepts one is flagged by the suite."""
     return [
-        answer_case("wrong_answer", _wrong, "a wrong answer in the right form"),
-        answer_case("two_candidates", lambda t: f"{t.hidden['answer']} or {_wrong(t)}", "hedging between two answers"),
-        answer_case("candidate_list", lambda t: f"{_wrong(t)}\n{t.hidden['answer']}", "a list of candidates"),
+        *answer_attacks(lambda t: str(t.hidden["answer"]), _wrong, separator="\n"),
         answer_case("question_echo", lambda t: t.prompt, "the question pasted back"),
-        answer_case("json_claim",
-                    lambda t: json.dumps({"answer": str(t.hidden["answer"]), "correct": True, "reward": 1}),
-                    "a JSON blob claiming success"),
     ]

@@ -9,21 +9,24 @@ record which documents the agent saw in search results and which it opened, as e
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from envhub.env import Budget, Env, Episode, ToolError
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.episode import Episode, SuiteCase
+from envhub.errors import ToolError
 from envhub.parsing import format_tool_call
+from envhub.tasks.retrieval import ENV_ID
 from envhub.tools import tool
 from envhub.types import Action, Task
 from envhub.verifiers import AnswerPresent, ExactMatch, LayeredVerifier, SetMatch
 from envhub.verifiers.layered import Graded, ScoreCheck
 from envhub.verifiers.retrieval_checks import LiteralMatch
-from envhub.verifiers.suite import NotApplicable, SuiteCase, answer_case
+from envhub.verifiers.suite import NotApplicable, answer_attacks, answer_case
 
 from .corpus import DATA_DIR, PAGE_CHARS, Corpus, load_corpus, load_questions
 from .evidence import EvidenceRecall, note_evidence
@@ -111,7 +114,7 @@ class RetrievalEnv(Env):
     F1 instead of all-or-nothing) and ``backend`` (``bm25s`` or the slower ``rank_bm25``).
     """
 
-    env_id = "envhub/Retrieval-v0"
+    env_id = ENV_ID
     family = "retrieval"
     version = "1"
     default_budget = Budget(max_turns=12, max_tool_calls=20, max_agent_seconds=300.0)
@@ -320,22 +323,14 @@ def _answer_case(name: str, make: Any, description: str) -> SuiteCase:
 def retrieval_attacks() -> list[SuiteCase]:
     """Wrong answers and answer-stuffing hacks; every one must fail."""
     return [
-        _answer_case("wrong_answer", _wrong, "a plausible wrong answer in the right form"),
-        _answer_case("two_candidates", lambda e, t: f"{gold_answer_text(t)} or {_wrong(e, t)}",
-                     "hedging between the right and a wrong answer"),
-        _answer_case("candidate_list", lambda e, t: f"{_wrong(e, t)}; {gold_answer_text(t)}",
-                     "a list of candidates that includes the right one"),
+        *answer_attacks(lambda e, t: gold_answer_text(t), _wrong, with_env=True),
         _answer_case("every_candidate", _all_candidates,
                      "every module name / every literal / every parameter listed at once"),
         _answer_case("stuffed_set", _stuffed(1), "the whole gold set plus one wrong candidate"),
         _answer_case("stuffed_set_many", _stuffed(5), "the whole gold set plus up to five wrong candidates"),
         _answer_case("whole_document", _whole_document, "the evidence document pasted as the answer"),
-        _answer_case("prose_stuffing", lambda e, t: f"It could be {_wrong(e, t)}, but maybe "
-                     f"{gold_answer_text(t)}; please accept whichever is right.", "answer stuffing in prose"),
         _answer_case("evidence_ids", lambda e, t: ", ".join(t.hidden["evidence"]),
                      "the evidence document ids instead of the answer"),
-        _answer_case("json_claim", lambda e, t: json.dumps({"answer": gold_answer_text(t), "correct": True,
-                                                            "reward": 1}), "a JSON blob claiming success"),
         SuiteCase("search_then_guess", "fail",
                   lambda env, task: [_call("search", {"query": task.hidden["search_queries"][0]}),
                                      _call(env.terminal_tool, {"answer": _wrong(env, task)})],

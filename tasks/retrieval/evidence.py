@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from envhub.env import Episode
+from envhub.episode import Episode
 from envhub.types import Task
 from envhub.verifiers.layered import Graded, ScoreCheck
 

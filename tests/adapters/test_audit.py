@@ -10,9 +10,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from envhub.adapters.audit import audit_command, audit_run
+from envhub.adapters.audit import audit_run
 from envhub.adapters.engines.scripted import ScriptedEngine
 from envhub.adapters.engines.tiny import build_tiny_model
+from envhub.cli.audit import audit_command
 from envhub.policies import make_policy
 from envhub.registry import make
 from envhub.rollout.runner import plan_episodes, run_rollouts

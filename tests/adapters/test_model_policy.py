@@ -254,6 +254,7 @@ def test_model_resolution_and_atomic_preparation(tiny, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from envhub.adapters.engines import models
+    from envhub.adapters.engines.cli import models_app
 
     monkeypatch.setenv("ENVHUB_CACHE", str(tmp_path / "cache"))
     assert models.resolve_model(str(tiny)) == tiny
@@ -274,7 +275,7 @@ def test_model_resolution_and_atomic_preparation(tiny, tmp_path, monkeypatch):
     assert models.is_prepared(final) and list(final.parent.iterdir()) == [final]
 
     runner = CliRunner()
-    listed = runner.invoke(models.models_app, ["list"])
+    listed = runner.invoke(models_app, ["list"])
     assert listed.exit_code == 0 and "smollm2-135m\tnot prepared" in listed.output
-    assert runner.invoke(models.models_app, ["path", "smollm2-135m"]).exit_code == 2
-    assert runner.invoke(models.models_app, ["path", str(tiny)]).output.strip() == str(tiny)
+    assert runner.invoke(models_app, ["path", "smollm2-135m"]).exit_code == 2
+    assert runner.invoke(models_app, ["path", str(tiny)]).output.strip() == str(tiny)

@@ -26,6 +26,7 @@ from token_runs import LocalServer, free_port, smollm2_tokenizer  # noqa: E402
 
 from envhub.adapters.engines.scripted import ScriptedEngine  # noqa: E402
 from envhub.adapters.tito import TitoServer, create_app  # noqa: E402
+from envhub.sandboxes.spawner import stop  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {
     "name": "python", "description": "Run Python and return what it prints.",
@@ -387,9 +388,4 @@ def test_tito_command_serves_a_model() -> None:
         assert reply.usage.completion_tokens <= 4
         assert trajectory(f"http://127.0.0.1:{port}", sid)["num_turns"] == 1
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 20)

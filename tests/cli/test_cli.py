@@ -44,7 +44,7 @@ def test_noop_rollout_via_cli_writes_report(tmp_path):
 
 
 def test_verify_submissions_file_grades_each_line(tmp_path):
-    from envhub.tasks.computation import ComputationTasks
+    from envhub.tasks.computation.env import ComputationTasks
 
     tasks = ComputationTasks()
     tid = "comp-bigint-L1-0"

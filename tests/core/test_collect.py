@@ -48,14 +48,17 @@ def plans(n: int) -> list[Any]:
 
 class Answering:
     """Answers the hidden answer at once (no sandbox), after ``delay`` seconds, as a model would:
-    with token ids, logprobs and a weight version."""
+    with token ids, logprobs and a weight version. With ``release``, each turn first waits until it
+    is set (at most a minute: a hang guard); ``acted`` counts the turns that came back."""
 
     name = "answering"
 
-    def __init__(self, delay: float = 0.0, crash_on: str | None = None) -> None:
-        self.delay, self.crash_on = delay, crash_on
+    def __init__(self, delay: float = 0.0, crash_on: str | None = None,
+                 release: threading.Event | None = None) -> None:
+        self.delay, self.crash_on, self.release = delay, crash_on, release
         self.started: list[str] = []
         self.start_times: list[float] = []
+        self.acted = 0
         self.lock = threading.Lock()
 
     def describe(self) -> dict[str, Any]:
@@ -69,11 +72,15 @@ class Answering:
         if task.task_id == self.crash_on:
             raise RuntimeError("boom at start")
         text = format_tool_call("answer", {"answer": task.hidden["answer"]})
-        delay = self.delay
+        policy = self
 
         class Agent:
             def act(self, obs: Observation) -> PolicyOutput:
-                time.sleep(delay)
+                time.sleep(policy.delay)
+                if policy.release is not None:
+                    policy.release.wait(60)
+                with policy.lock:
+                    policy.acted += 1
                 return PolicyOutput(text=text, sample=Sample(token_ids=[7, 8, 9], logprobs=[-0.1, -0.2, -0.3],
                                                              finish_reason="stop", weight_version="w3"))
 
@@ -148,14 +155,23 @@ def test_stop_lets_the_episodes_in_flight_finish_and_starts_no_other(made):
 
 
 def test_abandon_ends_the_iterator_at_once_and_drops_the_episodes_in_flight(made):
-    policy = Answering(delay=1.0)
+    release = threading.Event()
+    policy = Answering(release=release)
     abandon = threading.Event()
-    threading.Timer(0.2, abandon.set).start()
-    t0 = time.monotonic()
+
+    def abandon_once_two_run() -> None:
+        deadline = time.monotonic() + 60  # a hang guard: both start within a second
+        while len(policy.started) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        abandon.set()
+
+    threading.Thread(target=abandon_once_two_run, daemon=True).start()
     with EpisodeCollector(Tracked, policy, concurrency=2) as collector:
         got = list(collector.run(plans(10), abandon=abandon))
-        assert time.monotonic() - t0 < 0.9 and got == []
-    assert len(policy.started) == 2  # the two in flight ran to their end; nothing else started
+        # "at once": the iterator ended while both episodes in flight were still held in their turn
+        assert got == [] and policy.acted == 0
+        release.set()
+    assert len(policy.started) == 2 and policy.acted == 2  # the two in flight ran to their end; nothing else started
     assert all(e.closes == 1 for e in made)
 
 

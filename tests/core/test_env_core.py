@@ -4,7 +4,8 @@ import time
 import pytest
 
 import envhub
-from envhub.env import Budget, EpisodeFinishedError
+from envhub.budget import Budget
+from envhub.errors import EpisodeFinishedError
 from envhub.parsing import format_tool_call
 from envhub.types import Action, Outcome, Sample, ToolCall
 

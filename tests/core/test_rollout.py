@@ -213,7 +213,8 @@ def test_ctrl_c_stops_a_rollout_promptly_and_keeps_what_finished(tmp_path):
     proc.send_signal(signal.SIGINT)
     interrupted = time.monotonic()
     proc.wait(timeout=60)
-    assert time.monotonic() - interrupted < 15  # the other ~5000 episodes were not run first
+    # a hang guard: the run ends ~0.3 s after the signal; running the other ~5000 episodes first takes minutes
+    assert time.monotonic() - interrupted < 15
     done = [json.loads(line) for line in path.read_text().splitlines()]
     assert 5 <= len(done) < 5000 and all(r["outcome"] == "success" for r in done)
 

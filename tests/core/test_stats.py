@@ -5,6 +5,12 @@ import math
 import pytest
 
 from envhub.rollout.stats import by_group, paired, task_group, wilson
+from envhub.types import Outcome, TrajectoryRecord, Versions
+
+
+def _record(task_id: str, outcome: str) -> TrajectoryRecord:
+    return TrajectoryRecord(episode_id=task_id, task_id=task_id, env_id="e", group_id=task_id, sample_index=0,
+                            versions=Versions(envhub="0", env="e@0"), outcome=Outcome(outcome))
 
 
 def test_wilson_matches_the_published_formula_and_stays_in_0_1():
@@ -33,8 +39,7 @@ def test_paired_counts_wins_and_losses_on_shared_episodes_only():
 
 def test_groups_are_task_ids_without_their_index():
     assert task_group("comp-fraction-L1-343") == "comp-fraction-L1" and task_group("plain") == "plain"
-    groups = by_group([{"task_id": "comp-date-L1-1", "outcome": "success"},
-                       {"task_id": "comp-date-L1-2", "outcome": "wrong_answer"},
-                       {"task_id": "comp-bigint-L2-9", "outcome": "success"}])
+    groups = by_group([_record("comp-date-L1-1", "success"), _record("comp-date-L1-2", "wrong_answer"),
+                       _record("comp-bigint-L2-9", "success")])
     assert groups["comp-date-L1"]["n"] == 2 and groups["comp-date-L1"]["rate"] == 0.5
     assert groups["comp-bigint-L2"]["successes"] == 1 and list(groups) == ["comp-bigint-L2", "comp-date-L1"]

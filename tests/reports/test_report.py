@@ -9,8 +9,8 @@ import pytest
 from report_runs import HOSTILE, mixed_rollout
 from sandbox_fixtures import require_backend
 
-from envhub.reports.data import RunDirError, load_run
-from envhub.reports.html import write_report
+from envhub.reports.html import load_run, write_report
+from envhub.run_dir import RunFileError as RunDirError
 
 
 @pytest.fixture(scope="module")

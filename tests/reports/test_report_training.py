@@ -10,8 +10,8 @@ import sys
 import pytest
 from report_training_runs import tiny_training_run
 
-from envhub.reports.data import RunDirError, load_run
-from envhub.reports.html import write_report
+from envhub.reports.html import load_run, write_report
+from envhub.run_dir import RunFileError as RunDirError
 from envhub.store import read_jsonl
 from envhub.types import Outcome, OutcomeClass
 

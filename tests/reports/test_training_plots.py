@@ -4,9 +4,9 @@ and panels with nothing recorded are left out (named in the figure's title) inst
 import struct
 from pathlib import Path
 
-from envhub.reports.training import (
+from envhub.reports.training import TrainingData
+from envhub.reports.training_plots import (
     HEALTH,
-    TrainingData,
     health_over_steps,
     health_panels,
     lag_over_steps,

@@ -4,39 +4,26 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_fixtures import assert_no_leaked_containers, backend_params, require_backend
+import sandbox_fixtures
+from sandbox_fixtures import backend_params, get_sandbox, require_backend
 
 from envhub.sandboxes import ExecResult, Sandbox, SandboxError, SandboxSpec, new_sandbox
 from envhub.sandboxes.base import Limits
 
 LIMITS = Limits(timeout_s=10.0, output_bytes=4096, memory_mb=512, disk_mb=32)
 ALL = backend_params("process", "bwrap", "landlock", "docker")
-
-
-@pytest.fixture(scope="module")
-def sandboxes() -> Iterator[dict[str, Sandbox]]:
-    opened: dict[str, Sandbox] = {}
-    yield opened
-    for sandbox in opened.values():
-        sandbox.close()
-    assert_no_leaked_containers()
+sandboxes = sandbox_fixtures.sandboxes
 
 
 @pytest.fixture(params=ALL)
 def sb(request: pytest.FixtureRequest, sandboxes: dict[str, Sandbox]) -> Sandbox:
     """One long-lived sandbox per backend, reset before every test (resets are cheap)."""
-    backend = request.param
-    require_backend(backend)
-    if backend not in sandboxes:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # process backend: trusted-only
-            sandboxes[backend] = new_sandbox(backend, SandboxSpec(limits=LIMITS))
-    sandboxes[backend].reset()
-    return sandboxes[backend]
+    sandbox = get_sandbox(sandboxes, request.param, SandboxSpec(limits=LIMITS))
+    sandbox.reset()
+    return sandbox
 
 
 def test_implements_the_protocol(sb: Sandbox) -> None:

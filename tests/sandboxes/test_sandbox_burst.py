@@ -16,6 +16,7 @@ from envhub.sandboxes import priming
 from envhub.sandboxes.pool import SandboxPool
 from envhub.sandboxes.process_backend import ProcessSandbox
 
+#: the burst takes 1-2 s (five starts of LAUNCH_S, the first alone): a hang guard, not a speed bound
 HANG_GUARD_S = 60.0
 LAUNCH_S = 0.3
 

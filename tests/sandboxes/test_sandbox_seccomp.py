@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import os
 import textwrap
-from collections.abc import Iterator
 
 import pytest
-from sandbox_fixtures import REQUIRED, assert_no_leaked_containers, backend_params, require_backend
+import sandbox_fixtures
+from sandbox_fixtures import REQUIRED, backend_params, get_sandbox, require_backend
 
-from envhub.sandboxes import SandboxSpec, new_sandbox
+from envhub.sandboxes import SandboxSpec
 from envhub.sandboxes.base import Limits, Sandbox
 from envhub.sandboxes.docker_backend import container_config
 from envhub.sandboxes.seccomp_policy import (
@@ -38,6 +38,7 @@ from envhub.sandboxes.seccomp_policy import (
 
 BACKENDS = backend_params("docker", "bwrap", "landlock")
 LIMITS = Limits(memory_mb=512, pids=64, timeout_s=30.0, disk_mb=32)
+sandboxes = sandbox_fixtures.sandboxes
 #: x86_64 numbers (``asm/unistd_64.h``) of the refused syscalls and of those refused by flag.
 X86_64 = {
     "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
@@ -96,23 +97,10 @@ def require_filter(backend: str) -> None:
             pytest.skip(program.describe())
 
 
-@pytest.fixture(scope="module")
-def sandboxes() -> Iterator[dict[str, Sandbox]]:
-    """One sandbox per backend for the whole module, started on first use."""
-    started: dict[str, Sandbox] = {}
-    yield started
-    for sb in started.values():
-        sb.close()
-    assert_no_leaked_containers()
-
-
 @pytest.fixture(params=BACKENDS)
 def sb(request: pytest.FixtureRequest, sandboxes: dict[str, Sandbox]) -> Sandbox:
-    backend = request.param
-    require_filter(backend)
-    if backend not in sandboxes:
-        sandboxes[backend] = new_sandbox(backend, SandboxSpec(limits=LIMITS))
-    return sandboxes[backend]
+    require_filter(request.param)
+    return get_sandbox(sandboxes, request.param, SandboxSpec(limits=LIMITS))
 
 
 def test_every_refused_syscall_has_a_case_and_the_numbers_are_x86_64s() -> None:

@@ -158,10 +158,10 @@ STUCK_CHILD = textwrap.dedent("""\
 @pytest.mark.slow
 def test_signal_handler_is_bounded_and_needs_no_lock() -> None:
     proc, (scratch,) = _spawn([sys.executable, "-W", "ignore", "-c", STUCK_CHILD], "process", count=1)
-    t0 = time.monotonic()
+    # a hang guard: the handler gives up on the stuck close after SIGNAL_CLEANUP_S (2 s); a handler
+    # that waited for it (forever) or never ran (the 60 s sleep) overruns the 30 s
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGTERM
-    assert time.monotonic() - t0 < 15  # bounded: ~SIGNAL_CLEANUP_S, not the 60 s sleep or forever
     assert not os.path.exists(scratch)
 
 

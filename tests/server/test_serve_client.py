@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 import envhub
+from envhub.episode import EpisodeEnv
 from envhub.errors import EpisodeFinishedError
 from envhub.policies import PolicyOutput
 from envhub.rollout.runner import run_rollouts
@@ -63,6 +64,15 @@ def test_remote_env_mirrors_the_local_api(url: str, local: envhub.Env):
         assert [m.role for m in episode.messages] == ["system", "user", "assistant"]
         with pytest.raises(EpisodeFinishedError):
             env.step("too late")
+
+
+def test_a_local_and_a_served_env_both_keep_the_episode_contract(url: str, local: envhub.Env):
+    """What run_episode, the env workers and the Gymnasium face take: a local env or a served one."""
+    with connect(url) as remote:
+        assert isinstance(local, EpisodeEnv) and isinstance(remote, EpisodeEnv)
+        remote.reset(task_id=TASK)
+        assert isinstance(remote, EpisodeEnv)  # with an episode view as well
+    assert not isinstance(local.tasks, EpisodeEnv)
 
 
 def test_gold_actions_from_the_server_and_locally(url: str, local: envhub.Env):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from envhub.env import Budget, Env, Episode
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.episode import Episode
 from envhub.parsing import ParseResult
 from envhub.registry import register
 from envhub.tools import tool

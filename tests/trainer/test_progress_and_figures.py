@@ -142,13 +142,16 @@ def test_the_train_command_refuses_empty_sft_runs_before_loading_a_model(tmp_pat
 def test_the_paired_count_compares_the_same_episodes(tag, tmp_path):
     from envhub.run_dir import TrainingRun
     from envhub.trainer.evaluation import paired_evals
+    from envhub.types import TrajectoryRecord, Versions
 
     files = TrainingRun(tmp_path)
     for name, wins in ((tag, [True, False, False, True]), ("final", [True, True, True, False])):
         out = files.eval_run(name)
         out.path.mkdir(parents=True)
         out.trajectories_path.write_text("".join(
-            json.dumps({"episode_id": f"e{i}", "outcome": "success" if w else "wrong_answer"}) + "\n"
+            TrajectoryRecord(episode_id=f"e{i}", task_id="t", env_id="e", group_id=f"e{i}", sample_index=0,
+                             versions=Versions(envhub="0", env="0"),
+                             outcome="success" if w else "wrong_answer").model_dump_json() + "\n"
             for i, w in enumerate(wins)))
     result = paired_evals(files, tag, "final")
     assert (result["n"], result["wins"], result["losses"], result["ties"]) == (4, 2, 1, 1)

@@ -11,6 +11,9 @@ loads the staged dir with transformers as the server would read it.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +34,7 @@ from envhub.trainer.weight_sync import (
     InProcessSync,
     SGLangDiskSync,
     WeightSyncError,
+    push_from_rank0,
     weight_sync_for,
     write_hf_dir,
 )
@@ -267,7 +271,8 @@ def test_a_hung_sglang_update_fails_quickly_and_never_counts_as_success(sglang, 
     t0 = time.monotonic()
     with pytest.raises(WeightSyncError, match=r"did not finish loading weight version step-1 .* within 0.5s"):
         sync.push(other_state, "step-1")
-    assert time.monotonic() - t0 < 5.0  # the dir write plus the 0.5 s timeout, not the server's hang
+    # a hang guard: the push takes ~0.6 s (the dir write plus the 0.5 s timeout); the server hangs forever
+    assert time.monotonic() - t0 < 10.0
     sglang.release.set()  # the server finishes the update after we gave up
     deadline = time.monotonic() + 10
     while sglang.version != "step-1" and time.monotonic() < deadline:
@@ -295,3 +300,59 @@ def test_bad_versions_and_engines_are_refused(sglang, base_dir, other_state, tmp
     assert sglang.requests == [] and list(tmp_path.iterdir()) == []
     with pytest.raises(TypeError, match="no weight sync for engine object"):
         weight_sync_for(object(), base_model_dir=base_dir, staging_dir=tmp_path)
+
+
+def test_sglang_push_stages_the_model_dir_state(sglang, base_dir, other_state, tmp_path):
+    """What the server loads is ``model_dir_state`` of the pushed state (the trainer merges LoRA there)."""
+    doubled = {k: v * 2 for k, v in other_state.items()}
+    sync = weight_sync_for(SGLangEngine(sglang.url), base_model_dir=base_dir, staging_dir=tmp_path, timeout_s=30,
+                           model_dir_state=lambda state: {k: v * 2 for k, v in state.items()})
+    assert sync.push(other_state, "step-1") == "step-1"
+    assert all(torch.equal(sglang.loaded[k], doubled[k]) for k in doubled)
+
+
+# ---- who pushes ------------------------------------------------------------------------------------
+
+RANKS_SCRIPT = """
+import json, sys
+from envhub.trainer import fsdp
+from envhub.trainer.weight_sync import push_from_rank0
+
+info = fsdp.init_distributed(device="cpu")
+calls, out = [], {}
+out["ok"] = push_from_rank0(lambda: calls.append(info.rank) or "v1", "v1", info, "the server")
+
+def fail():
+    raise ValueError("disk full")
+
+try:
+    push_from_rank0(fail, "v2", info, "the server")
+except Exception as exc:
+    out["failed"] = [type(exc).__name__, str(exc)]
+out["calls"] = calls
+with open(f"{sys.argv[1]}/rank{info.rank}.json", "w") as f:
+    json.dump(out, f)
+"""
+
+
+def test_one_process_is_rank_0_and_keeps_its_own_error():
+    assert push_from_rank0(lambda: "v1", "v1", None, "the server") == "v1"
+    with pytest.raises(ZeroDivisionError):
+        push_from_rank0(lambda: str(1 / 0), "v2", None, "the server")
+
+
+@pytest.mark.slow
+def test_rank_0_pushes_and_every_rank_learns_whether_it_worked(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+           str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert rank0 == {"ok": "v1", "calls": [0], "failed": ["ValueError", "disk full"]}
+    assert rank1 == {"ok": "v1", "calls": [], "failed": [
+        "WeightSyncError", "rank 0 could not give the server weight version v2; see its log"]}

@@ -86,11 +86,11 @@ def test_many_objects_of_one_class_cost_what_their_number_does() -> None:
     t0 = time.monotonic()
     assert same_value(fix, gold, keyed) and not same_value(wrong, gold, keyed)
     assert same_value(["dict", [[_point(i, 3), ["int", str(i)]] for i in range(n)]], as_keys, keyed)
-    assert time.monotonic() - t0 < 30  # a hang guard: quadratic comparison took minutes here
+    assert time.monotonic() - t0 < 30  # a hang guard: under a second; quadratic comparison took minutes
     # a class without __eq__ of its own: compared on the gold's attributes, so hashed by class only;
     # deciding costs comparisons, and past the budget the observation is the submission's failure
     t0 = time.monotonic()
     assert not same_value(["set", [_point(i) for i in reversed(range(n))]], gold, {})
     assert not holds({"member_of": gold}, _point(n + 1), {})
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 30  # a hang guard, as above
     assert same_value(["set", [_point(i) for i in range(50)]], ["set", [_point(i) for i in range(50)]], {})

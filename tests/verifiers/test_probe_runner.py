@@ -5,7 +5,8 @@ fixtures and ``raises``, then every way a submission can misbehave (hang, flood,
 setsid'd double-forked writer, forged frames, failing imports, ``os._exit`` at import, ``sys.exit``
 in a test, signals to the runner) -- as a plain subprocess on the host and, through ``exec`` and
 ``exec_python``, inside real docker and bwrap sandboxes. Every test must be reported once with the
-exact status and observations, and the runner must finish promptly.
+exact status and observations, and the runner must end (a hang guard: a run takes about 2.5 s, the
+hanging test's ``TIMEOUT_S`` and start-up).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sandbox_fixtures
 from probe_scenarios import (
     BOMB,
     MODULES,
@@ -28,19 +29,22 @@ from probe_scenarios import (
     RUNNER_SOURCE,
     SRC,
     TESTS,
-    TIMEOUT_S,
     check_attacks,
     int_enc,
     parse,
     project,
 )
-from sandbox_fixtures import backend_params, require_backend
+from sandbox_fixtures import backend_params, get_sandbox
 
-from envhub.sandboxes import SandboxSpec, new_sandbox
+from envhub.sandboxes import SandboxSpec
 from envhub.sandboxes.base import Limits
 from envhub.verifiers.probes import reaper
 
 LIMITS = Limits(cpus=1.0, memory_mb=512, pids=64, timeout_s=60.0, output_bytes=1 << 20, disk_mb=64)
+#: a hang guard on a runner's run of the attack project, which takes about 2.5 s (on the host or in a
+#: sandbox): ten times that and more
+HANG_GUARD_S = 30.0
+sandboxes = sandbox_fixtures.sandboxes
 
 
 EXEC_STYLE = ("import sys; exec(compile(open(sys.argv[1]).read() + '\\nimport sys; sys.exit(main(sys.argv[2]))',"
@@ -68,7 +72,7 @@ def test_runner_on_the_host_reports_every_attack_once(tmp_path: Path, style: str
     root = os.geteuid() == 0  # root may open a non-dumpable process's fds; a sandbox's uid may not
     records = parse(proc.stdout, set(range(len(TESTS))) - {BOMB}, forged_ok=root)
     check_attacks(records, "opened" if root else "denied", bomb=False)
-    assert wall < TIMEOUT_S + 5, f"the runner stalled: {wall:.1f}s"
+    assert wall < HANG_GUARD_S, f"the runner stalled: {wall:.1f}s"
 
 
 def test_runner_rejects_a_bad_plan(tmp_path: Path) -> None:
@@ -105,7 +109,8 @@ def test_each_batch_has_its_deadline_and_the_run_one_budget(tmp_path: Path) -> N
     assert got[2] == ("ok", "")
     assert got[3] == ("timeout", "the run's grading budget of 1.8s was spent"), got  # its 30 s cut to the budget
     assert got[4] == ("timeout", "not run: the run's grading budget of 1.8s was spent"), got
-    assert 1.8 <= wall < 1.8 + 2.0, f"the run took {wall:.1f}s for a budget of 1.8s"
+    # spent, not skipped: the budget is a floor; the ceiling is a hang guard (the run takes ~1.9 s)
+    assert 1.8 <= wall < 20, f"the run took {wall:.1f}s for a budget of 1.8s"
 
 
 def test_kills_only_descendants() -> None:
@@ -116,20 +121,9 @@ def test_kills_only_descendants() -> None:
 
 # ---- inside real sandboxes ------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def sandboxes() -> Iterator[dict[str, Any]]:
-    opened: dict[str, Any] = {}
-    yield opened
-    for sb in opened.values():
-        sb.close()
-
-
-def _sandbox(sandboxes: dict[str, Any], backend: str) -> Any:
-    require_backend(backend)
-    if backend not in sandboxes:
-        sandboxes[backend] = new_sandbox(backend, SandboxSpec(limits=LIMITS, role="grading",
-                                                             preload=("decimal", "fractions", "json")))
-    return sandboxes[backend]
+def _sandbox(opened: dict[str, Any], backend: str) -> Any:
+    return get_sandbox(opened, backend, SandboxSpec(limits=LIMITS, role="grading",
+                                                    preload=("decimal", "fractions", "json")))
 
 
 def _run(sb: Any, mode: str, cwd: str) -> Any:
@@ -147,7 +141,7 @@ def test_runner_in_a_sandbox_contains_every_attack(sandboxes: dict[str, Any], ba
     result = _run(sb, mode, mode)
     assert result.exit_code == 0 and not result.truncated, result.summary()[-3000:]
     check_attacks(parse(result.stdout, set(range(len(TESTS)))), "denied", bomb=True)
-    assert result.duration_s < TIMEOUT_S + 8, f"the runner stalled: {result.duration_s:.1f}s"
+    assert result.duration_s < HANG_GUARD_S, f"the runner stalled: {result.duration_s:.1f}s"
     left = sb.exec(["python3", "-c", "import os; print(sum(p.isdigit() for p in os.listdir('/proc')))"])
     assert left.stdout == "2\n", sb.exec("ps -eo pid,ppid,args").stdout  # the executor and this python
 

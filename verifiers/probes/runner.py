@@ -202,7 +202,8 @@ class Runner:
             return [_record(t["index"], "crashed", f"processes of the batch survived SIGKILL for {KILL_GRACE_S}s")
                     for t in tests]
         cause = "budget" if cause == "timeout" and limit < batch["timeout_s"] else cause
-        return judge(tests, data, self._cause_detail(cause, status, batch), self.plan["max_bytes"])
+        ending = self._cause_detail(cause, status, batch)
+        return records_from_frames(tests, data, ending, self.plan["max_bytes"])
 
     def _fork(self) -> int:
         for attempt in range(20):  # EAGAIN: the pids limit, still full of a fork bomb's remains
@@ -378,7 +379,8 @@ def frames(data: bytes, limit: int) -> tuple[list[Any], bool]:
     return out, False
 
 
-def judge(tests: list[dict[str, Any]], data: bytes, ending: tuple[str, str], limit: int) -> list[dict[str, Any]]:
+def records_from_frames(tests: list[dict[str, Any]], data: bytes, ending: tuple[str, str],
+                        limit: int) -> list[dict[str, Any]]:
     """Per-test records of one batch from its frames; ``ending`` is (status, detail) for unended tests."""
     order = [t["index"] for t in tests]
     where = {index: n for n, index in enumerate(order)}

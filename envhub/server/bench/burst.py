@@ -69,6 +69,8 @@ def _server(backend: str, pool: int = -1, prewarm: int = 0) -> Iterator[int]:
 
     import httpx
 
+    from envhub.sandboxes.spawner import stop
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -88,12 +90,7 @@ def _server(backend: str, pool: int = -1, prewarm: int = 0) -> Iterator[int]:
             time.sleep(0.1)
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 30)
         if proc.stderr is not None:
             proc.stderr.close()
 

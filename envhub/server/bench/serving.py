@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envhub.env import Budget, Env
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.sandboxes.spawner import stop
 from envhub.tools import tool
 from envhub.types import Outcome, Task, Verdict
 
@@ -171,12 +173,7 @@ def _server(which: str) -> Iterator[tuple[int, int]]:
             time.sleep(0.1)
         yield port, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)
         if proc.stderr is not None:
             proc.stderr.close()
 

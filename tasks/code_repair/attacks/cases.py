@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from envhub import safe_ast
+from envhub.episode import SuiteCase
 from envhub.parsing import format_tool_call
 from envhub.types import Action, Task
-from envhub.verifiers.suite import NotApplicable, SuiteCase
+from envhub.verifiers.suite import NotApplicable
 
 from ..workspace import agent_files, project_sources, project_tests
 from .equality import ALWAYS_EQUAL_OBJECTS, BUILTIN_SUBCLASS_RESULTS, equal_classes

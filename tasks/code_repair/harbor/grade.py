@@ -67,7 +67,7 @@ def read_tree(root):
         seen += len(entries)
         for entry in entries:
             rel = os.path.relpath(entry.path, root).replace(os.sep, "/")
-            if integrity.is_ignored(rel) or entry.is_symlink():
+            if integrity.is_cache_file(rel) or entry.is_symlink():
                 continue
             if entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)

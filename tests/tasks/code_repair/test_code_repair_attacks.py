@@ -36,7 +36,7 @@ ISSUE_CLASSES = {
 class GraderOnly(CodeRepairEnv):
     """The code-repair env with its static integrity gate taken out: the probe grader alone."""
 
-    def episode_verifier(self, episode) -> LayeredVerifier:
+    def verifier_for(self, episode) -> LayeredVerifier:
         snapshot = Snapshot.read(self.sandbox())
         return LayeredVerifier(gate=[SnapshotGate(snapshot)], correctness=HiddenTests(
             self.tasks.instance(episode.task.task_id), snapshot, self.grading_sandbox))

@@ -2,9 +2,9 @@
 and bwrap.
 
 * Grading time is the grader's: a submission that tries to SIGSTOP the probe runner (refused: no
-  test process may signal it), or stalls in every test, is graded in a few seconds (each batch has
-  a limit from the gold's measured time, the whole run one budget, spent as the batches run) --
-  its tests fail, the run is not tried again, and the outcome is the submission's, never an
+  test process may signal it), or stalls in every test, is graded within the run's budget (each
+  batch has a limit from the gold's measured time, the whole run one budget, spent as the batches
+  run) -- its tests fail, the run is not tried again, and the outcome is the submission's, never an
   infrastructure one. Before: 240 s (two attempts of 120 s) and 80 s (four batches of 20 s) on
   these instances.
 * The static gate is an early filter with known gaps, and says so: an attack that reaches ``os``
@@ -33,8 +33,11 @@ from envhub.verifiers.integrity import CAVEAT, code_findings
 from envhub.verifiers.layered import LayeredVerifier
 
 ENV = "envhub/CodeRepair-v0"
-#: well under the 120 s a single attempt could take before; the budget here is about 2 s
-BOUND_S = 10.0
+#: a hang guard on the submit: the grading takes about the run's budget, 2 s here (the stalled
+#: runner ~2.1 s, the stopped one ~0.3 s); before, 80 s and 240 s
+HANG_GUARD_S = 30.0
+#: the run's budget, a figure the grader derives from the gold's recorded times (not a timing)
+BUDGET_BOUND_S = 10.0
 #: a test process stops its parent -- the runner -- which cannot ignore SIGSTOP
 SIGSTOP_THE_RUNNER = "import os as _o, signal as _s\n_o.kill(_o.getppid(), _s.SIGSTOP)\n"
 #: every test stalls: the module under test sleeps forever when a test imports it
@@ -74,7 +77,7 @@ for _atk_folder, _atk_dirs, _atk_files in _atk_os.walk(_atk_os.getcwd()):
 class GraderOnly(CodeRepairEnv):
     """The env with its static gate taken out: what the grader bounds, not what the gate turns away."""
 
-    def episode_verifier(self, episode) -> LayeredVerifier:
+    def verifier_for(self, episode) -> LayeredVerifier:
         snapshot = Snapshot.read(self.sandbox())
         return LayeredVerifier(gate=[SnapshotGate(snapshot)], correctness=HiddenTests(
             self.tasks.instance(episode.task.task_id), snapshot, self.grading_sandbox))
@@ -122,9 +125,9 @@ def test_a_stopped_or_stalled_runner_is_graded_in_seconds_as_the_submissions_fai
         obs, seconds = _submit(env, inst, code, fix=True)  # a real fix: only the time it takes fails it
         details = _hidden_tests(obs)
         assert obs.outcome is Outcome.WRONG_ANSWER and not obs.outcome.is_infra, obs.verdict.detail
-        assert seconds < BOUND_S, (seconds, details)
+        assert seconds < HANG_GUARD_S, (seconds, details)
         assert details["attempts"] == 1, details  # ended on the clock: the submission's doing, not retried
-        assert details["budget_s"] < BOUND_S, details
+        assert details["budget_s"] < BUDGET_BOUND_S, details
         assert details["fail_to_pass_passed"] == 0 and details["pass_to_pass_passed"] == 0, details
         assert details["complete"] and not details["timed_out"], details  # the runner reports every test
         if case == "sigstop_the_runner":  # the signal is refused: the module fails to import

@@ -18,7 +18,7 @@ if importlib.util.find_spec("bm25s") is None:
 
 from envhub.parsing import format_tool_call
 from envhub.policies import GoldPolicy, NoopPolicy
-from envhub.tasks.retrieval import RetrievalEnv, RetrievalTasks, register_envs, retrieval_attacks
+from envhub.tasks.retrieval import register_envs
 from envhub.tasks.retrieval.corpus import (
     CORPUS_FILE,
     DATA_DIR,
@@ -29,6 +29,7 @@ from envhub.tasks.retrieval.corpus import (
     load_questions,
     read_jsonl_gz,
 )
+from envhub.tasks.retrieval.env import RetrievalEnv, RetrievalTasks, retrieval_attacks
 from envhub.tasks.retrieval.generator import QUESTION_TYPES, generate_questions, package_of, plain_literal
 from envhub.tasks.retrieval.search import SearchIndex, get_index, tokenize
 from envhub.types import Outcome, Task
