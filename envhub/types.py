@@ -240,6 +240,8 @@ class EpisodeMetrics(_Model):
     sandbox_seconds: float = 0.0
     verifier_seconds: float = 0.0
     wall_seconds: float = 0.0
+    #: when the episode's record was made (Unix seconds); None in records made before it was kept
+    finished_at: float | None = None
     extra: dict[str, float] = Field(default_factory=dict)
 
 

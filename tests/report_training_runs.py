@@ -1,4 +1,5 @@
-"""A tiny real training run for the report tests: a few GRPO steps of the bundled trainer (seconds).
+"""Training runs for the report tests: a tiny real one, a few GRPO steps of the bundled trainer
+(seconds), and :func:`fixture_training_run`, a run directory written here, sync or async.
 
 ``FlakyLetterEnv`` is the learning test's first-letter env whose verifier service fails on the
 tasks ending in ``-3`` (``env_error``, an infra outcome the agent cannot cause), so the run's
@@ -9,6 +10,7 @@ trainer logs is on record.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,9 @@ from letter_env import FirstLetterEnv, _FirstLetter
 from envhub.episode import Episode
 from envhub.errors import InfraError
 from envhub.registry import register
-from envhub.types import Task, Verdict
+from envhub.run_dir import TrainingRun
+from envhub.store import write_json_atomic, write_text_atomic
+from envhub.types import Outcome, Task, TrajectoryRecord, Turn, Verdict, Versions
 
 ENV = "test/FlakyLetter-v0"
 
@@ -59,3 +63,68 @@ def tiny_training_run(run_dir: Path, steps: int = 3) -> dict[str, Any]:
         "steps": steps, "checkpoint_every": steps, "seed": 0,
     })
     return train(config, log=lambda line: None)
+
+
+#: The lag of each episode of an async fixture step, by its index in the step (capped by the version).
+ASYNC_LAGS = (0, 1, 2, 1)
+#: The fixture's staleness bound: the episodes lagging 2 versions are dropped as stale.
+MAX_STALENESS = 1
+
+
+def _fixture_record(step: int, index: int, first: int, last: int, outcome: Outcome) -> TrajectoryRecord:
+    turns = [Turn(index=0, action_text="cat", token_ids=[5], logprobs=[-0.5], weight_version=str(first)),
+             Turn(index=1, action_text="pig", token_ids=[6], logprobs=[-0.4], weight_version=str(last))]
+    return TrajectoryRecord(
+        episode_id=f"s{step}-e{index}", task_id=f"train-{index}", env_id=ENV, group_id=f"s{step}-g{index // 2}",
+        sample_index=index % 2, versions=Versions(envhub="test", env=f"{ENV}@1", weight_versions=[str(first),
+                                                                                                  str(last)]),
+        turns=turns, num_turns=2, prompt_ids=[1, 2], response_ids=[5, 6], response_mask=[1, 1],
+        response_logprobs=[-0.5, -0.4], reward=float(outcome is Outcome.SUCCESS), outcome=outcome)
+
+
+def fixture_training_run(run_dir: Path, *, asynchronous: bool, steps: int = 4) -> list[dict[str, Any]]:
+    """A training run directory as the trainer lays it out, written here: ``config.json``,
+    ``steps.jsonl`` and ``rollouts/step-N/trajectories.jsonl`` (4 episodes a step, each step one
+    update). Async: ``rollout.mode: async``, each episode's first turn :data:`ASYNC_LAGS` versions
+    behind the step's trainer (those over :data:`MAX_STALENESS` dropped), step 3's last episode an
+    infra failure (untrained too), and the async keys on every step line, computed as the async loop
+    does (lags over every episode). Sync: every episode sampled with the step's own weights, no
+    async key. Returns the step lines."""
+    run = TrainingRun(run_dir)
+    rollout: dict[str, Any] = {"groups_per_step": 2, "group_size": 2}
+    if asynchronous:
+        rollout.update(mode="async", max_staleness=MAX_STALENESS, stale_samples="drop")
+    write_json_atomic(run.config_path, {"model": "tiny", "env": {"id": ENV, "validation_split": None},
+                                        "rollout": rollout, "steps": steps})
+    lines = []
+    for step in range(1, steps + 1):
+        trainer = step - 1  # the version the step trains with; its update makes it ``step``
+        records, lags, trained = [], [], []
+        for i in range(4):
+            lag = min(ASYNC_LAGS[i], trainer) if asynchronous else 0
+            infra = asynchronous and step == 3 and i == 3
+            outcome = Outcome.ENV_ERROR if infra else Outcome.SUCCESS if i % 2 == 0 else Outcome.WRONG_ANSWER
+            records.append(_fixture_record(step, i, trainer - lag, trainer, outcome))
+            lags.append(lag)
+            if not infra and lag <= MAX_STALENESS:
+                trained.append(records[-1].episode_id)
+        write_text_atomic(run.step_dir(step) / "trajectories.jsonl",
+                          "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in records))
+        outcomes = {o.value: sum(r.outcome is o for r in records) for o in Outcome}
+        line: dict[str, Any] = {
+            "step": step, "weight_version": str(step), "reward_mean": 0.5, "strict_success": 0.5,
+            "success_excluding_infra": 0.5, "outcomes": outcomes, "attempted": 4, "kept": len(trained),
+            "updated": True, "optimizer_steps": 1, "trained_samples": len(trained), "loss": 0.1,
+            "weight_version_lag": max(lags), "trained_episodes": sorted(trained),
+            "untrained_episodes": sorted({r.episode_id for r in records} - set(trained)),
+            "tokens_per_second": 50.0, "time": {"rollout_s": 1.0, "verify_s": 0.1, "train_s": 0.5,
+                                                "weight_sync_s": 0.1}, "lr": 1e-3}
+        if asynchronous:
+            line.update(async_queue_groups=step % 3 + 1, async_buffer_wait_s_mean=0.25 * step,
+                        async_buffer_wait_s_max=0.5 * step, async_version_lag_mean=sum(lags) / len(lags),
+                        async_version_lag_max=max(lags), async_versions_spanned_mean=sum(lags) / len(lags),
+                        async_trainer_idle_ratio=0.4 / step, async_rollout_idle_ratio=0.1 * step,
+                        async_stale_dropped=sum(lag > MAX_STALENESS for lag in lags), async_stale_reweighted=0)
+        lines.append(line)
+    write_text_atomic(run.steps_path, "".join(json.dumps(line) + "\n" for line in lines))
+    return lines

@@ -171,7 +171,8 @@ def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.Dist
     """Every rank: the checkpoint of ``state.step`` (rank 0 writes the weights and publishes it)."""
     staging = begin_save(run_dir, state.step) if dist.is_main else staging_dir(run_dir, state.step)
     fsdp.barrier(dist)
-    save_rank_part(staging, dist.rank, models.engine.sampler_rng)
+    with getattr(models.engine, "paused", contextlib.nullcontext)():  # its worker may be sampling (async)
+        save_rank_part(staging, dist.rank, models.engine.sampler_rng)
     model = models.checkpoint_weights(fsdp.full_state_dict(models.model, dist))
     optimizer = fsdp.optimizer_state(models.model, models.optimizer, dist)
     fsdp.barrier(dist)

@@ -53,12 +53,27 @@ class RolloutConfig(_Section):
     fit_turns: bool = True
     #: one process with the in-process engine: the engine samples from the training module itself
     #: (no second copy of the model, no weight copy per step); false: from a copy synced every step
+    #: (always a copy with mode async)
     share_weights: bool = True
     #: DAPO's dynamic sampling (veRL's filter_groups): when zero-variance groups leave a step with
     #: fewer than groups_per_step informative groups, more groups are drawn from the task order, at
     #: most ``max_extra_rounds`` times; informative groups beyond groups_per_step are not trained
     dynamic_sampling: bool = False
     max_extra_rounds: int = Field(3, ge=1)
+    #: ``sync``: a step samples its groups, then trains on them. ``async``: rollout workers keep
+    #: producing whole groups while the trainer trains (envhub/trainer/async_rollouts.py); the
+    #: trainer takes the first ``groups_per_step`` finished groups
+    mode: Literal["sync", "async"] = "sync"
+    #: async: a group starts only while the groups started stay within ``(max_staleness + steps
+    #: trained + 1) * groups_per_step``; a sample whose first turn is more weight versions than this
+    #: behind the trainer when its batch is formed is ``stale_samples`` (>= 0, checked by preflight)
+    max_staleness: int = 1
+    #: async: a stale sample is dropped (counted), or kept and weighted by the importance-sampling
+    #: correction of ``algorithm.mismatch`` (``reweight`` needs its ``decoupled`` mode)
+    stale_samples: Literal["drop", "reweight"] = "drop"
+    #: async: the most groups running or finished and not yet trained (>= groups_per_step);
+    #: None: ``(max_staleness + 1) * groups_per_step``, what the staleness bound lets start anyway
+    buffer_groups: int | None = None
 
 
 class MismatchConfig(_Section):

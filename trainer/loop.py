@@ -18,6 +18,9 @@
    (:func:`envhub.trainer.telemetry.step_record`); the whole state every ``checkpoint_every`` steps
    (:mod:`envhub.trainer.checkpoint`, which also claims the run directory and resumes a run).
 
+With ``rollout.mode: async`` the rollouts of stage 2 come from a buffer that a producer thread keeps
+filling while the trainer trains (:mod:`envhub.trainer.async_loop`).
+
 The models are built in :mod:`envhub.trainer.models`, the validation evals run in
 :mod:`envhub.trainer.evaluation`, and the run directory's layout is
 :class:`envhub.run_dir.TrainingRun`.
@@ -403,8 +406,14 @@ class Trainer:
 
 def train(config: TrainConfig, *, resume: bool = False,
           log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run ``config`` to the end (see :class:`Trainer`); returns the summary."""
-    trainer = Trainer(config, resume=resume, log=log)
+    """Run ``config`` to the end (see :class:`Trainer`; with ``rollout.mode: async``,
+    :class:`envhub.trainer.async_loop.AsyncTrainer`); returns the summary."""
+    if config.rollout.mode == "async":
+        from envhub.trainer.async_loop import AsyncTrainer  # it builds on this module
+
+        trainer: Trainer = AsyncTrainer(config, resume=resume, log=log)
+    else:
+        trainer = Trainer(config, resume=resume, log=log)
     try:
         return trainer.run()
     finally:

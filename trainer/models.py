@@ -9,7 +9,9 @@ Everything is on the run's device (``device``; :func:`envhub.trainer.fsdp.init_d
 forward passes in ``dtype`` (:mod:`envhub.adapters.engines.precision`); the weights stay fp32.
 The in-process engine samples from the trained module itself when ``rollout.share_weights`` allows
 (one process, the transformers engine): no second copy of the model and no weight copy per step,
-only a new weight version. Otherwise it samples from an unsharded copy that every push replaces.
+only a new weight version. Otherwise it samples from an unsharded copy that every push replaces;
+with ``rollout.mode: async`` always, the push staged (the engine swaps the copy's weights once the
+requests in flight are done, while this module trains on).
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ class PolicyModels:
         if config.algorithm.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.reference_ready = False
-        local = LocalModel(model, self.tokenizer, share=config.rollout.share_weights and not dist.distributed,
+        # async: the engine samples from its own copy while this module trains (weight_sync's staged push)
+        self.overlapped = config.rollout.mode == "async"
+        share = config.rollout.share_weights and not dist.distributed and not self.overlapped
+        local = LocalModel(model, self.tokenizer, share=share,
                            max_batch_size=max(config.rollout.concurrency, 1), weight_version="0",
                            seed=config.seed + dist.rank, model_id=str(model_dir), compute_dtype=self.compute_dtype)
         # Any: the trainer also uses what engines offer beyond the protocol (sampler_rng, mark_weights_updated)
@@ -69,16 +74,19 @@ class PolicyModels:
             self.scheduler = torch.optim.lr_scheduler.LambdaLR(
                 self.optimizer, lambda update: lr_factor(self.config, update))
             self.sync = weight_sync_for(self.engine, base_model_dir=model_dir, staging_dir=staging_dir,
-                                        timeout_s=config.weight_sync_timeout_s, model_dir_state=self.model_dir_state)
+                                        timeout_s=config.weight_sync_timeout_s, model_dir_state=self.model_dir_state,
+                                        staged=self.overlapped)
         except BaseException:
             self.engine.close()
             raise
 
     def policy(self, params: Any, *, name: str | None = None) -> ModelPolicy:
         """The model policy over the engine, sampling with ``params``; ``name`` (default: the model dir it
-        started from) is what records and reports call it."""
+        started from) is what records and reports call it. Async: with a tokenizer of its own (a Rust
+        tokenizer must not serve two threads, and the trainer's audits use ``self.tokenizer`` meanwhile)."""
         r = self.config.rollout
-        return ModelPolicy(self.engine, self.tokenizer, params=params, max_context=r.max_context,
+        tokenizer = copy.deepcopy(self.tokenizer) if self.overlapped else self.tokenizer
+        return ModelPolicy(self.engine, tokenizer, params=params, max_context=r.max_context,
                            chat_format=self.config.chat_format,
                            name=name or f"hf:{self.model_dir}", model_id=str(self.model_dir), tokenizer_id=str(self.model_dir),
                            fit_turns=r.fit_turns, max_response_tokens=r.max_response_tokens)

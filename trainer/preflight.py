@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from envhub.adapters.engines.factory import engine_kind
 from envhub.env import Env
 from envhub.trainer.config import TrainConfig
 from envhub.trainer.trackers import missing_packages, tracker_names
@@ -86,7 +87,7 @@ def check_config(config: TrainConfig) -> list[str]:
     """Problems visible from the config alone."""
     problems: list[str] = []
     algo, sampling, rollout = config.algorithm, config.sampling, config.rollout
-    if config.steps > 0 and rollout.group_size < 2:
+    if (config.steps > 0 or rollout.mode == "async") and rollout.group_size < 2:
         problems.append(f"rollout.group_size is {rollout.group_size}: a group of one sample has zero variance, so "
                         "every advantage is 0 and nothing is learned; use >= 2 (typically 4-16)")
     if config.steps > 0 and sampling.temperature == 0:
@@ -120,6 +121,32 @@ def check_config(config: TrainConfig) -> list[str]:
                         "verifier_error, engine_error) would be trained as reward-0 failures, punishing the policy "
                         "for a broken env, verifier or engine; keep infra_failure in exclude_classes, or set "
                         "algorithm.train_on_infra: true to train on them anyway")
+    return problems + check_async(config)
+
+
+def check_async(config: TrainConfig) -> list[str]:
+    """What ``rollout.mode: async`` cannot honour (a group of one is refused for every mode above)."""
+    rollout = config.rollout
+    if rollout.mode != "async":
+        return []
+    problems = []
+    if rollout.max_staleness < 0:
+        problems.append(f"rollout.max_staleness is {rollout.max_staleness}: it is how many weight versions a "
+                        "trained sample may lag behind the trainer; use 0 (like sync) or more")
+    if rollout.buffer_groups is not None and rollout.buffer_groups < rollout.groups_per_step:
+        problems.append(f"rollout.buffer_groups ({rollout.buffer_groups}) is smaller than a batch "
+                        f"(rollout.groups_per_step {rollout.groups_per_step}): the trainer would wait forever; "
+                        "use at least groups_per_step, or null")
+    if rollout.stale_samples == "reweight" and config.algorithm.mismatch.mode != "decoupled":
+        problems.append("rollout.stale_samples is reweight but algorithm.mismatch.mode is bypass: stale samples "
+                        "are reweighted by the decoupled importance weights; set algorithm.mismatch.mode: "
+                        "decoupled, or stale_samples: drop")
+    if rollout.dynamic_sampling:
+        problems.append("rollout.dynamic_sampling with rollout.mode async: the buffer's groups are already "
+                        "sampled ahead; use one or the other")
+    if engine_kind(config.engine) != "transformers":
+        problems.append(f"rollout.mode async with engine {config.engine}: only the in-process transformers "
+                        "engine is supported yet")
     return problems
 
 

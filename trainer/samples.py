@@ -21,6 +21,9 @@ from envhub.types import TrajectoryRecord
 
 #: The class of a record whose trajectory failed the token audit: never trained.
 AUDIT_FAILED = "audit_failed"
+#: The class of an async sample more weight versions behind the trainer than ``rollout.max_staleness``
+#: with ``stale_samples: drop``: never trained (:mod:`envhub.trainer.async_rollouts`).
+STALE = "stale"
 
 
 def audit_trajectory(record: TrajectoryRecord, tokenizer: Any, *, chat_template_hash: str | None,
@@ -37,9 +40,9 @@ def audit_trajectory(record: TrajectoryRecord, tokenizer: Any, *, chat_template_
 
 def training_samples(records: Sequence[TrajectoryRecord], classes: Sequence[str], cfg: AlgorithmConfig, *,
                      weight_version: str) -> tuple[list[TrainingSample], dict[str, Any]]:
-    """The samples of ``records`` (each of outcome class ``classes[i]``, or :data:`AUDIT_FAILED`) and
-    the selection's statistics (see :func:`envhub.trainer.grpo.select_samples`), with the audit's
-    drops and the weight-version lag of the samples behind ``weight_version``."""
+    """The samples of ``records`` (each of outcome class ``classes[i]``, :data:`AUDIT_FAILED` or
+    :data:`STALE`) and the selection's statistics (see :func:`envhub.trainer.grpo.select_samples`), with
+    the audit's drops and the weight-version lag of the samples behind ``weight_version``."""
     dropped, lag = list(classes).count(AUDIT_FAILED), 0
     for record in records:
         versions = [int(v) for v in record.versions.weight_versions if v is not None]
@@ -52,7 +55,7 @@ def training_samples(records: Sequence[TrajectoryRecord], classes: Sequence[str]
     index = torch.tensor([groups[r.group_id] for r in records], device="cpu")
     truncated = [r.outcome.is_truncation for r in records]
     keep, weight, stats = grpo.select_samples(
-        list(classes), rewards, index, truncated, exclude_classes=(*cfg.exclude_classes, AUDIT_FAILED),
+        list(classes), rewards, index, truncated, exclude_classes=(*cfg.exclude_classes, AUDIT_FAILED, STALE),
         drop_zero_variance=cfg.drop_zero_variance, mask_truncated=cfg.mask_truncated)
     kept = keep.nonzero().flatten().tolist()
     advantages = grpo.group_advantages(rewards[kept], index[kept], std_normalize=cfg.std_normalize) \

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from envhub.rollout.episodes import EpisodePlan, plan_group
 from envhub.trainer import fsdp, preflight
 from envhub.trainer.config import AlgorithmConfig, TrainConfig
-from envhub.trainer.samples import AUDIT_FAILED
+from envhub.trainer.samples import AUDIT_FAILED, STALE
 from envhub.types import TrajectoryRecord
 
 if TYPE_CHECKING:
@@ -98,10 +98,10 @@ class TaskOrder:
 def informative_groups(records: Sequence[TrajectoryRecord], classes: Sequence[str],
                        cfg: AlgorithmConfig) -> list[str]:
     """The group ids of ``records`` (in their order) that carry a learning signal: at least two
-    trained members (outcome class not excluded, audit passed) whose rewards differ."""
+    trained members (outcome class not excluded, audit passed, not stale) whose rewards differ."""
     rewards: dict[str, set[float]] = {}
     members: dict[str, int] = {}
-    excluded = {*cfg.exclude_classes, AUDIT_FAILED}
+    excluded = {*cfg.exclude_classes, AUDIT_FAILED, STALE}
     for record, cls in zip(records, classes, strict=True):
         rewards.setdefault(record.group_id, set())
         if cls not in excluded:

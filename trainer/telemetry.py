@@ -10,7 +10,8 @@ training episodes, plus ``envhub_train_step``, ``envhub_train_reward_mean``,
 ``envhub_train_strict_success_ratio``, ``envhub_train_zero_variance_fraction``,
 ``envhub_train_weight_version``, ``envhub_train_sample_staleness`` (weight versions between the
 newest weights and the oldest sample trained on) and ``envhub_train_step_seconds{phase}``
-(rollout, verify, train, weight_sync). The trackers get every numeric entry of a step's record.
+(rollout, verify, train, weight_sync); an async run's step records add the gauges of
+:mod:`envhub.trainer.async_metrics`. The trackers get every numeric entry of a step's record.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from envhub.progress import elapsed
 from envhub.trainer import fsdp
+from envhub.trainer.async_metrics import AsyncGauges
 from envhub.trainer.trackers import Trackers, eval_scalars, tracker_names
 from envhub.types import Outcome, TrajectoryRecord
 
@@ -145,6 +147,7 @@ class Telemetry:
             gauge.labels(env_id)
         for phase in PHASES:
             self.phase.labels(env_id, phase.removesuffix("_s"))
+        self.async_gauges = AsyncGauges(r, env_id)
         host, bound, self._stop = self.rollout.serve(str(port))
         self.log(f"metrics: http://{host}:{bound}/metrics")
 
@@ -175,6 +178,7 @@ class Telemetry:
                     gauge.labels(self.env).set(float(value))
             for phase in PHASES:
                 self.phase.labels(self.env, phase.removesuffix("_s")).set(record["time"].get(phase, 0.0))
+            self.async_gauges.update(record)
         if self.trackers.trackers:
             self.trackers.log_step(record["step"], dict(_scalars(record)))
 

@@ -8,7 +8,8 @@ rank learns the outcome:
 
 * the in-process :class:`~envhub.adapters.engines.transformers_engine.TransformersEngine`
   (:class:`InProcessSync`): every rank copies the state dict into its own engine's unsharded model
-  between decode steps;
+  between decode steps (``staged``, asynchronous training: handed over at once and loaded once the
+  requests in flight are done; the push then returns the version the engine samples with next);
 * an SGLang server (:class:`SGLangDiskSync`), one for every rank: rank 0 pushes and every rank
   learns whether it worked (:func:`push_from_rank0`). The weights are written as a Hugging Face model
   dir under ``staging_dir/<version>`` (:func:`write_hf_dir`) and the server is told to load it
@@ -181,13 +182,20 @@ class InProcessSync:
     model (keys and shapes) and refuses a mismatch without changing anything; that refusal, like any
     other failure, is a :class:`WeightSyncError`. The staging settings of :func:`weight_sync_for` are
     not needed: the weights move in memory, as the trained module holds them.
+
+    ``staged`` (asynchronous training): the push hands the engine ``state_dict`` (a copy the caller
+    never touches again) and returns at once; the engine loads it into its own model once the
+    requests in flight are done (``engine.stage_weights``), while the trainer goes on updating its
+    module. Without, the push returns once the engine samples with the new weights.
     """
 
-    def __init__(self, engine: Any, **_staging: Any) -> None:
-        self.engine = engine
+    def __init__(self, engine: Any, *, staged: bool = False, **_staging: Any) -> None:
+        self.engine, self.staged = engine, staged
 
     def push(self, state_dict: StateDict, version: str, dist: fsdp.DistInfo | None = None) -> str:
         try:
+            if self.staged:
+                return str(self.engine.stage_weights(state_dict, version))
             new = self.engine.update_weights(state_dict, version)
         except EngineError as exc:
             raise WeightSyncError(f"in-process weight update to version {version} failed: {exc}") from exc
@@ -314,13 +322,17 @@ SYNC_CLASSES: dict[str, Callable[..., WeightSync]] = {"transformers": InProcessS
 
 
 def weight_sync_for(engine: Any, *, base_model_dir: Path, staging_dir: Path, timeout_s: float = 300.0,
-                    keep: int = 2, model_dir_state: Callable[[StateDict], StateDict] | None = None) -> WeightSync:
+                    keep: int = 2, model_dir_state: Callable[[StateDict], StateDict] | None = None,
+                    staged: bool = False) -> WeightSync:
     """The :class:`WeightSync` of ``engine``'s kind (:data:`SYNC_CLASSES`), given the settings a sync
     through model dirs uses (see :class:`SGLangDiskSync`); :class:`TypeError` for an engine of no kind
-    there (its weights cannot be updated)."""
+    there (its weights cannot be updated), or ``staged`` pushes (:class:`InProcessSync`) to another."""
     sync_class = SYNC_CLASSES.get(str(getattr(engine, "name", "")))
     if sync_class is None:
         raise TypeError(f"no weight sync for engine {type(engine).__name__}: use the transformers engine or "
                         "sglang:URL")
+    if staged and sync_class is not InProcessSync:
+        raise TypeError(f"staged weight pushes need the in-process engine, not {engine.name}")
+    options = {"staged": True} if staged else {}
     return sync_class(engine, base_model_dir=base_model_dir, staging_dir=staging_dir, timeout_s=timeout_s, keep=keep,
-                      model_dir_state=model_dir_state)
+                      model_dir_state=model_dir_state, **options)

@@ -7,6 +7,10 @@ shared KV cache: prefill, merge, one decode step, finished rows dropped). A row'
 do not depend on which other rows shared its batch beyond float rounding;
 ``tests/adapters/test_engine_transformers.py`` checks batched against unbatched greedy decoding.
 
+New weights either replace the model's between two decode steps (:meth:`TransformersEngine.update_weights`:
+requests in flight go on with them) or wait until no request runs (:meth:`TransformersEngine.stage_weights`,
+asynchronous training: every result is sampled under the one version it carries).
+
 Logprobs are of the distribution actually sampled from: :func:`.sampling.processed_logprobs` (temperature,
 top-k, top-p; the raw ``log_softmax`` for greedy), from fp32 logits whatever ``compute_dtype`` the forward
 passes use. :func:`score_tokens` recomputes them in one forward pass (the audit's train/inference mismatch).
@@ -76,6 +80,11 @@ class TransformersEngine:
         self.stats = self._batcher.stats
         self._queue: queue.Queue[Request] = queue.Queue()
         self._lock = threading.Lock()  # held by whoever runs the model (worker step, score, update)
+        self._swap = threading.Condition()  # guards the staged weights below
+        self._staged: tuple[dict[str, torch.Tensor], str, float] | None = None  # state, version, since
+        self._swap_error: EngineError | None = None
+        #: seconds new requests were held back, waiting for the running ones to finish before a swap
+        self.swap_wait_s = 0.0
         self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -137,6 +146,8 @@ class TransformersEngine:
 
     def close(self) -> None:
         self._closed = True
+        with self._swap:
+            self._swap.notify_all()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=30)
@@ -195,6 +206,59 @@ class TransformersEngine:
             self._weight_version = version or (str(int(prev) + 1) if prev.isdigit() else f"{prev}+1")
         return self._weight_version
 
+    def stage_weights(self, state: dict[str, torch.Tensor], version: str) -> str:
+        """Weights for the turns that start from now on, without waiting for them; returns ``version``.
+
+        The state dict is checked now (:class:`EngineError` on a mismatch, as :meth:`update_weights`;
+        nothing staged). The worker loads it into the engine's own model once no request is running:
+        requests in flight finish on the weights they started with, and requests submitted meanwhile
+        wait and start on the new ones, so every result is sampled under the one version it carries.
+        The engine takes ``state`` over: the caller hands it a copy it never touches again (the
+        trainer's :func:`envhub.trainer.fsdp.full_state_dict` clones). A later call before the swap
+        replaces the staged weights.
+        """
+        with self._lock:
+            _check_state_dict(self.model, state)
+        with self._swap:
+            if self._swap_error is not None:
+                raise self._swap_error
+            self._staged = (state, version, time.monotonic())
+        self._ensure_worker()
+        return version
+
+    def wait_weights(self, timeout: float | None = None) -> str | None:
+        """Until the staged weights (if any) are the model's; returns the version sampled with from now
+        on. :class:`EngineError` when the swap failed or ``timeout`` seconds passed."""
+        with self._swap:
+            done = self._swap.wait_for(lambda: self._staged is None or self._swap_error is not None
+                                       or self._closed, timeout)
+            if not done or self._staged is not None:
+                raise EngineError(f"the staged weights were not loaded (closed, or {timeout}s passed)")
+            if self._swap_error is not None:
+                raise self._swap_error
+        return self._weight_version
+
+    def _apply_staged(self) -> None:
+        """(The worker, no request running.) The staged weights into the model, as their version."""
+        with self._swap:
+            staged = self._staged
+        if staged is None:
+            return
+        state, version, since = staged
+        error = None
+        try:
+            with self._lock:
+                self.model.load_state_dict(state, strict=False)  # checked when staged
+                self._weight_version = version
+        except Exception as exc:
+            error = EngineError(f"loading weight version {version} failed: {exc!r}")
+        with self._swap:
+            if self._staged is staged:  # not replaced meanwhile (a newer one is loaded next)
+                self._staged = None
+            self._swap_error = self._swap_error or error
+            self.swap_wait_s += time.monotonic() - since
+            self._swap.notify_all()
+
     # ---- the worker -------------------------------------------------------------------------------
 
     def _ensure_worker(self) -> None:
@@ -208,8 +272,11 @@ class TransformersEngine:
         try:
             while not (self._closed and running is None):
                 capacity = self.max_batch_size - (len(running.reqs) if running else 0)
-                can_join = running is None or joinable(running.cache)
+                # staged weights: no request joins until the running ones are done and the swap is made
+                can_join = (running is None or joinable(running.cache)) and self._staged is None
                 new = self._take(block=running is None, limit=capacity if can_join else 0)
+                if running is None and self._staged is not None:
+                    self._apply_staged()  # before the requests just taken: whatever came after the stage
                 if not new and running is None:
                     continue
                 try:

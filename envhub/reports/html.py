@@ -54,10 +54,14 @@ class Builder(Generic[D]):
         images = {name: plot(self.data) for name, plot in self.plotters.items()}
         return {name: image for name, image in images.items() if image is not None}
 
+    def shown(self) -> list[Section[D]]:
+        """The sections this run has."""
+        return [s for s in self.sections if s.applies(self.data)]
+
     def body(self, uris: dict[str, str]) -> list[str]:
         """Each section as HTML (``uris``: plot name -> ``data:`` URI)."""
         return [f'<section id="{esc(s.id)}"><h2>{esc(s.title)}</h2>{s.render(self.data, uris)}</section>'
-                for s in self.sections]
+                for s in self.shown()]
 
 
 #: a report builder of either kind
@@ -92,7 +96,7 @@ def render_html(report: Report, images: dict[str, bytes]) -> str:
     data = report.data
     uris = {name: "data:image/png;base64," + base64.b64encode(png).decode("ascii") for name, png in images.items()}
     title = f"envhub {data.kind} report: {data.summary.get('env_id', '')}"
-    nav = " &middot; ".join(f'<a href="#{esc(s.id)}">{esc(s.title)}</a>' for s in report.sections)
+    nav = " &middot; ".join(f'<a href="#{esc(s.id)}">{esc(s.title)}</a>' for s in report.shown())
     body = report.body(uris)
     notes = "".join(f"<li>{esc(n)}</li>" for n in data.notes)
     policy = data.run.get("policy", {})

@@ -18,11 +18,15 @@ D = TypeVar("D", bound=RunData)
 @dataclass(frozen=True)
 class Section(Generic[D]):
     """One section of a report: its anchor, its title, and what renders it from the run and its
-    plots (plot name -> ``data:`` URI)."""
+    plots (plot name -> ``data:`` URI); ``when``: the runs that have it (default: every run)."""
 
     id: str
     title: str
     render: Callable[[D, dict[str, str]], str]
+    when: Callable[[D], bool] | None = None
+
+    def applies(self, data: D) -> bool:
+        return self.when is None or self.when(data)
 
 
 def num(value: float | None, digits: int = 3) -> str:

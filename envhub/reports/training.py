@@ -12,6 +12,9 @@ computed from:
   one step at a time (:func:`~envhub.rollout.summary.tally`, as a rollout's are) and not kept; the
   seed's numbers for training come from these. Only steps with a line in ``steps.jsonl`` count: a
   step still being collected is left out and said so.
+- an async run (``rollout.mode: async``; :mod:`envhub.trainer.async_metrics`): its steps' async
+  keys, and the version lag of each of the steps' episodes above (the step's weight version before
+  its update minus the episode's first-turn version), trained or not.
 - ``evals.jsonl`` and ``eval/TAG/``: the validation evals, each a rollout directory. Validation
   numbers come only from these and training numbers only from the two above: they are never mixed.
 """
@@ -31,6 +34,7 @@ from envhub.rollout.stats import paired
 from envhub.rollout.summary import tally
 from envhub.run_dir import Run, RunFileError, TrainingRun, read_json_object
 from envhub.store import CorruptRecordError, read_jsonl
+from envhub.trainer.async_metrics import first_turn_version, is_async_run
 from envhub.types import Outcome, TrajectoryRecord
 
 #: An eval tag names a directory under ``eval/``: one plain path component, nothing else is read.
@@ -69,6 +73,20 @@ class TrainingData(RunData):
     best: dict[str, Any] | None = None
     #: the eval GRPO started from (after-sft, else before) against the final one, on the same episodes
     paired: dict[str, Any] | None = None
+    #: (version lag, trained) of each episode of a logged step whose turns recorded their weight versions
+    sample_lags: list[tuple[int, bool]] = field(default_factory=list)
+
+    @property
+    def is_async(self) -> bool:
+        return is_async_run(self.config, self.steps)
+
+    def staleness(self) -> tuple[str, list[tuple[float, bool]]]:
+        """What the staleness distribution counts, and its (value, trained) pairs: ``samples``, each
+        episode's version lag (:attr:`sample_lags`); without any on disk, ``steps``, each step's
+        ``async_version_lag_mean`` (trained stands for every step)."""
+        if self.sample_lags:
+            return "samples", [(float(lag), trained) for lag, trained in self.sample_lags]
+        return "steps", [(lag, True) for lag in self.series("async_version_lag_mean")[1]]
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of the steps that recorded ``key`` (see :func:`stat`)."""
@@ -151,7 +169,8 @@ def load_training(path: Path) -> TrainingData | None:
     evals = _read_lines(files.evals_path, "tag") if files.evals_path.exists() else []
     env = config.get("env") if isinstance(config.get("env"), dict) else {}
     env_id = str(env.get("id", "?"))
-    episodes = tally(_train_episodes(files, steps, notes))
+    sample_lags: list[tuple[int, bool]] = []
+    episodes = tally(_with_lags(_train_episodes(files, steps, notes), steps, sample_lags))
     step_seconds = sum(stat(r, "time.rollout_s") or 0.0 for r in steps) + \
         sum((stat(r, "time.train_s") or 0.0) + (stat(r, "time.weight_sync_s") or 0.0) for r in steps)
     summary = episodes.summary(wall_seconds=step_seconds)
@@ -189,7 +208,32 @@ def load_training(path: Path) -> TrainingData | None:
                         notes=notes, episode_seconds=episodes.episode_seconds, config=config, steps=steps,
                         evals=evals, eval_reports=eval_reports,
                         final_tag=final_tag, final_eval=final_eval, sft=sft, run_summary=run_summary,
-                        paired=_paired(files, evals, final_tag), best=files.best())
+                        paired=_paired(files, evals, final_tag), best=files.best(), sample_lags=sample_lags)
+
+
+def _trained_at(row: dict[str, Any]) -> int | None:
+    """The weight version a step trained with: the one after the step, less its update."""
+    try:
+        return int(row["weight_version"]) - (1 if row.get("updated") else 0)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _with_lags(records: Iterator[TrajectoryRecord], steps: list[dict[str, Any]],
+               lags: list[tuple[int, bool]]) -> Iterator[TrajectoryRecord]:
+    """``records`` as they are, appending to ``lags`` (version lag, trained) of each one a step took
+    (trained or not; once per episode id)."""
+    taken: dict[str, tuple[int, bool]] = {}
+    for row in steps:
+        version = _trained_at(row)
+        if version is not None:
+            taken.update((str(e), (version, False)) for e in row.get("untrained_episodes") or [])
+            taken.update((str(e), (version, True)) for e in row.get("trained_episodes") or [])
+    for record in records:
+        at, first = taken.pop(record.episode_id, None), first_turn_version(record)
+        if at is not None and first is not None:
+            lags.append((at[0] - first, at[1]))
+        yield record
 
 
 def eval_source(line: dict[str, Any]) -> str:

@@ -8,14 +8,16 @@ record shows as a dash, never as 0. :data:`SECTIONS` lists them in report order.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from envhub.reports.tables import Section, html_table, img, seed_rows, seed_table
 from envhub.reports.training import TrainingData, stat
-from envhub.reports.training_plots import HEALTH, TIME_PARTS
+from envhub.reports.training_plots import ASYNC_PANELS, HEALTH, TIME_PARTS
 from envhub.reports.transcript import esc, transcript
 from envhub.run_dir import TrainingRun
+from envhub.trainer.async_metrics import ASYNC_METRICS
 from envhub.types import Outcome, OutcomeClass
 
 MAX_STEP_ROWS = 60
@@ -285,6 +287,59 @@ def _lag(data: TrainingData, plots: dict[str, str]) -> str:
               "(0: every sample came from the weights being trained).</p>" + _step_table(data, cols, "lag"))
 
 
+def _async(data: TrainingData, plots: dict[str, str]) -> str:
+    summary = []
+    for m in ASYNC_METRICS:
+        ys = data.series(m.key)[1]
+        summary.append([f"<code>{esc(m.key)}</code>", esc(m.description),
+                        *((_fmt(sum(ys) / len(ys)), _fmt(max(ys)), _fmt(ys[-1])) if ys else (DASH,) * 3)])
+    cols = [_col(label if len(keys) == 1 else f"version lag {label}", key, rate=key.endswith("_ratio"))
+            for keys in ASYNC_PANELS.values() for label, key in keys.items()]
+    return (img(plots, "async_over_steps", "queue size, version lag, trainer and rollout idle ratio per step")
+            + "<p>Rollouts run while the trainer updates; finished groups wait in a bounded buffer. A sample's "
+              "version lag is the trainer's weight version when its step trained minus the version of the "
+              "sample's first turn.</p>"
+            + html_table(["key", "what it is", "mean over steps", "max over steps", "last step"], summary,
+                         "async-summary")
+            + _stale_counts(data)
+            + _step_table(data, cols, "async") + _staleness(data, plots))
+
+
+def _stale_counts(data: TrainingData) -> str:
+    """The samples over the staleness bound, dropped and reweighted, over the run (as recorded)."""
+    kinds = {"async_stale_dropped": ("stale-dropped", "dropped"),
+             "async_stale_reweighted": ("stale-reweighted", "kept and reweighted")}
+    counts = [f'<span id="async-{anchor}">{_total(data, key):.0f}</span> {what}'
+              for key, (anchor, what) in kinds.items() if data.has(key)]
+    return f"<p>Samples over the staleness bound, summed over steps: {', '.join(counts)}.</p>" if counts else ""
+
+
+def _staleness(data: TrainingData, plots: dict[str, str]) -> str:
+    source, values = data.staleness()
+    if not values:
+        return '<p class="none">no staleness recorded: no episode of a step has its versions on disk and no step ' \
+               "recorded async_version_lag_mean</p>"
+    if source == "samples":
+        trained, every = Counter(int(v) for v, t in values if t), Counter(int(v) for v, _ in values)
+        rows = [[str(lag), str(every[lag]), str(trained[lag]), str(every[lag] - trained[lag]),
+                 f"{every[lag] / len(values):.1%}"] for lag in range(min(0, *every), max(every) + 1)]
+        what = (f'the <span id="async-lag-n">{len(values)}</span> episodes of the steps (rollouts/, the steps\' '
+                "trained and untrained episodes) whose turns recorded their weight versions")
+        head = ["version lag", "samples", "trained", "not trained", "share"]
+    else:
+        counts = Counter(round(v, 2) for v, _ in values)
+        rows = [[_fmt(lag), str(n), f"{n / len(values):.1%}"] for lag, n in sorted(counts.items())]
+        what = (f'the <span id="async-lag-n">{len(values)}</span> steps\' async_version_lag_mean (steps.jsonl): no '
+                "episode on disk recorded its turns' weight versions")
+        head = ["mean version lag", "steps", "share"]
+    rollout = data.config.get("rollout") or {}
+    bound = (f" Bound: max_staleness {esc(rollout['max_staleness'])}, stale samples "
+             f"{esc(rollout.get('stale_samples', '?'))}." if "max_staleness" in rollout else "")
+    return (img(plots, "staleness_distribution", "staleness distribution")
+            + f'<p>Staleness distribution, from <span id="async-lag-source">{source}</span>: {what}.{bound}</p>'
+            + html_table(head, rows, "async-staleness"))
+
+
 def _failures(data: TrainingData, plots: dict[str, str]) -> str:
     final = data.final_eval
     if final is None:
@@ -339,6 +394,8 @@ SECTIONS: list[Section[TrainingData]] = [
     Section("health", "Update health", _health),
     Section("time", "Time split", _time),
     Section("lag", "Weight-version lag", _lag),
+    Section("async", "Asynchronous rollouts: buffer, staleness, idle time", _async,
+            when=lambda data: data.is_async),
     Section("final-failures", "Final eval: failing episodes", _failures),
     Section("config", "Config", _config),
 ]

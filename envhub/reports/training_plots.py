@@ -6,6 +6,7 @@ when it has nothing to show; :data:`PLOTS` lists them in report order.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from envhub.reports.plots import SMALL_TEXT, new_figure, new_panels, outcome_mix, png
@@ -216,6 +217,70 @@ def lag_over_steps(data: TrainingData) -> bytes | None:
     return png(fig)
 
 
+#: An async run's four series over steps (:mod:`envhub.trainer.async_metrics`): panel -> label -> key.
+ASYNC_PANELS = {
+    "buffer: queued groups": {"queue size": "async_queue_groups"},
+    "staleness: version lag of the step's samples": {"mean": "async_version_lag_mean",
+                                                      "max": "async_version_lag_max"},
+    "trainer idle ratio (waiting for samples)": {"trainer idle": "async_trainer_idle_ratio"},
+    "rollout idle ratio (waiting for admission or weights)": {"rollout idle": "async_rollout_idle_ratio"},
+}
+
+
+def async_over_steps(data: TrainingData) -> bytes | None:
+    """Queue size, mean and max version lag, trainer and rollout idle ratio; None for a sync run."""
+    if not data.is_async:
+        return None
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = new_panels(2, 2, 9.6, 5.6)
+    for ax, (title, keys) in zip(axes, ASYNC_PANELS.items(), strict=True):
+        _lines(data, ax, keys, title)
+    for ax in axes[:2]:
+        ax.set_ylim(bottom=0)
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in axes[2:]:
+        ax.set_ylim(-0.05, 1.05)
+    return png(fig)
+
+
+def staleness_distribution(data: TrainingData) -> bytes | None:
+    """The steps' episodes by version lag, each lag from 0 to the largest a bar, trained and not
+    stacked, the staleness bound a dashed line; without per-sample versions, the steps' mean lags
+    (said in the title). None for a sync run or nothing recorded."""
+    source, values = data.staleness()
+    if not data.is_async or not values:
+        return None
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = new_figure(6.4, 3.2)
+    if source == "samples":
+        trained, other = Counter(int(v) for v, t in values if t), Counter(int(v) for v, t in values if not t)
+        lags = list(range(min(0, *trained, *other), max([*trained, *other]) + 1))
+        ax.bar(lags, [trained[lag] for lag in lags], color="#00838f", label="trained")
+        bars = ax.bar(lags, [other[lag] for lag in lags], bottom=[trained[lag] for lag in lags], color="#b0bec5",
+                      label="not trained (stale, zero-variance, infra, ...)")
+        ax.bar_label(bars, labels=[str(trained[lag] + other[lag]) for lag in lags], fontsize=SMALL_TEXT)
+        bound = stat(data.config, "rollout.max_staleness")
+        if bound is not None:
+            ax.axvline(bound + 0.5, color="#c62828", linestyle="--", label=f"max_staleness {bound:.0f}")
+        ax.set_ylim(0, max(trained[lag] + other[lag] for lag in lags) * 1.5)  # room for the legend
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("version lag (trainer version - first-turn version)")
+        ax.set_ylabel("samples")
+        ax.set_title(f"staleness of the {len(values)} samples the steps took", fontsize=9)
+        ax.legend(fontsize=SMALL_TEXT, loc="upper right")
+    else:
+        means = [v for v, _ in values]
+        ax.hist(means, bins=min(20, max(len(set(means)), 5)), color="#00838f")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("mean version lag of a step")
+        ax.set_ylabel("steps")
+        ax.set_title(f"staleness of {len(values)} steps (steps.jsonl; no per-sample versions on disk)", fontsize=9)
+    return png(fig)
+
+
 def final_eval_outcomes(data: TrainingData) -> bytes | None:
     return outcome_mix(data.final_eval) if data.final_eval is not None and data.final_eval.records else None
 
@@ -229,5 +294,7 @@ PLOTS: dict[str, Callable[[TrainingData], bytes | None]] = {
     "health_over_steps": health_over_steps,
     "time_over_steps": time_over_steps,
     "lag_over_steps": lag_over_steps,
+    "async_over_steps": async_over_steps,
+    "staleness_distribution": staleness_distribution,
     "final_eval_outcomes": final_eval_outcomes,
 }

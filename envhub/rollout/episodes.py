@@ -87,11 +87,13 @@ def run_episode(env: EpisodeEnv, policy: Policy, plan: EpisodePlan,
     failures become infra outcomes."""
     t0 = time.monotonic()
     try:
-        return _run_episode(env, policy, plan, policy_info, t0)
+        record = _run_episode(env, policy, plan, policy_info, t0)
     except Exception as exc:  # building the record failed (token view, validation, ...): still one record
-        return infra_record(plan, policy_info, crash_detail(exc, "recording the episode failed"),
-                            env_id=env.env_id, versions=_versions_or_bare(env, policy_info),
-                            wall=time.monotonic() - t0)
+        record = infra_record(plan, policy_info, crash_detail(exc, "recording the episode failed"),
+                              env_id=env.env_id, versions=_versions_or_bare(env, policy_info),
+                              wall=time.monotonic() - t0)
+    record.metrics.finished_at = time.time()
+    return record
 
 
 def crash_detail(exc: BaseException, what: str | None = None) -> str:

@@ -9,12 +9,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from envhub.rollout.metrics import RolloutMetrics
 from envhub.server.metrics import Metrics
+from envhub.trainer.async_metrics import ASYNC_KEYS, ASYNC_METRICS
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "envhub.json"
 
 
 def _trainer_exposition() -> str:
-    """The trainer's series (served by ``metrics_port``), as its telemetry exposes them."""
+    """The trainer's series (served by ``metrics_port``), as its telemetry exposes them after a step of
+    an async run (whose records add the async series)."""
     import tempfile
 
     from envhub.trainer.telemetry import Telemetry
@@ -23,6 +25,8 @@ def _trainer_exposition() -> str:
         telemetry = Telemetry(env_id="envhub/Computation-v0", run_dir=Path(tmp), total_steps=1, metrics_port=0,
                               tensorboard=False, enabled=True, log=lambda line: None)
         try:
+            telemetry.on_step({"step": 1, "reward_mean": 0.5, "strict_success": 0.5, "tokens_per_second": 10.0,
+                               "time": {"rollout_s": 1.0}, **dict.fromkeys(ASYNC_KEYS, 1.0)})
             return generate_latest(telemetry.rollout.registry).decode()
         finally:
             telemetry.close()
@@ -70,5 +74,6 @@ def test_dashboard_queries_exposed_series_and_labels():
     for required in ("envhub_rollout_episodes_total", "envhub_rollout_strict_success_ratio",
                      "envhub_rollout_tokens_per_second", "envhub_rollout_episodes_in_flight",
                      "envhub_sandbox_pool_size", "envhub_sandbox_pool_replaced_total", "envhub_requests_total",
-                     "envhub_train_reward_mean", "envhub_train_step_seconds", "envhub_train_sample_staleness"):
+                     "envhub_train_reward_mean", "envhub_train_step_seconds", "envhub_train_sample_staleness",
+                     *(m.prometheus for m in ASYNC_METRICS)):
         assert required in used, required

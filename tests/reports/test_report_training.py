@@ -53,6 +53,7 @@ def test_training_report_is_self_contained_with_every_plot(run, tmp_path):
     assert '<meta name="envhub-report-kind" content="training">' in text
     for sid in SECTIONS:
         assert f'<section id="{sid}">' in text
+    assert '<section id="async">' not in text  # a sync run: no async section (tests/reports/test_report_async.py)
     anchors = set(re.findall(r'id="([^"]+)"', text))
     assert {r[1:] for r in refs if r.startswith("#")} <= anchors  # no link points nowhere
     assert not list(files.html.parent.glob(".*"))
