@@ -4,11 +4,16 @@ Built-in families and third-party plugins register the same way: an entry point 
 ``envhub.envs`` names a callable that calls :func:`register`. Every registered env is mirrored
 into Gymnasium's registry, so ``gymnasium.make("envhub/<Name>-v0")`` works after ``import envhub``.
 A family registers its env by import path (``"module:Class"``), so registering loads none of it.
+
+Bridges run envs of other hubs: an id ``PREFIX:TARGET`` (``openenv:http://host:8000``) is made by
+the bridge registered for ``PREFIX`` -- with :func:`register_bridge`, or an entry point in the group
+``envhub.bridges`` (``PREFIX = "module:factory"``) -- as ``factory(TARGET, **kwargs)``.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 import logging
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
     from envhub.env import Env
 
 ENTRY_POINT_GROUP = "envhub.envs"
+BRIDGE_ENTRY_POINT_GROUP = "envhub.bridges"
 log = logging.getLogger(__name__)
 
 
@@ -49,6 +55,8 @@ class EnvSpec:
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
+#: bridge prefix -> its factory (or its ``"module:attr"`` path, loaded on first use)
+_BRIDGES: dict[str, str | Callable[..., Env]] = {}
 _lock = threading.RLock()
 _plugins_loaded = False
 
@@ -68,6 +76,28 @@ def register(
         _REGISTRY[env_id] = spec
     _register_with_gymnasium(spec)
     return spec
+
+
+def register_bridge(prefix: str, factory: str | Callable[..., Env]) -> None:
+    """Make ids ``PREFIX:TARGET`` mean ``factory(TARGET, **kwargs)``; ``factory`` is a callable or
+    its ``"module:attr"`` path. A later registration of the same prefix replaces the earlier."""
+    if not prefix.isidentifier():
+        raise ValueError(f"bridge prefix {prefix!r} must be an identifier (say 'openenv')")
+    with _lock:
+        _BRIDGES[prefix] = factory
+
+
+def _bridge_spec(env_id: str) -> EnvSpec | None:
+    """The spec of a bridged id ``PREFIX:TARGET``, or None when ``env_id`` names no known bridge."""
+    prefix, sep, target = env_id.partition(":")
+    with _lock:
+        factory = _BRIDGES.get(prefix) if sep else None
+    if factory is None:
+        return None
+    if not target:
+        raise UnknownEnvError(f"{env_id!r} names the {prefix} bridge but no target ({prefix}:TARGET)")
+    loaded = EnvSpec(env_id, factory).load()
+    return EnvSpec(env_id, functools.partial(loaded, target), description=f"{prefix} bridge to {target}")
 
 
 def make(env_id: str, **kwargs: Any) -> Env:
@@ -125,7 +155,11 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
 
 
 def get_spec(env_id: str) -> EnvSpec:
+    """The spec of a registered id, or of a bridged one (``PREFIX:TARGET``)."""
     load_plugins()
+    bridged = _bridge_spec(env_id)
+    if bridged is not None:
+        return bridged
     with _lock:
         spec = _REGISTRY.get(env_id)
         known = sorted(_REGISTRY)
@@ -155,6 +189,8 @@ def load_plugins() -> None:
         if _plugins_loaded:
             return
         _plugins_loaded = True
+        for ep in entry_points(group=BRIDGE_ENTRY_POINT_GROUP):  # by path: nothing is imported yet
+            _BRIDGES.setdefault(ep.name, ep.value)
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             try:
                 ep.load()()

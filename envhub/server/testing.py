@@ -64,8 +64,20 @@ def serve_in_subprocess(args: Sequence[str], *, startup_timeout_s: float = 60.0,
 
 
 @contextlib.contextmanager
-def _spawn(cmd: Sequence[str], env: dict[str, str] | None) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+def serve_command_in_subprocess(cmd: Sequence[str], *, cwd: str | None = None, startup_timeout_s: float = 60.0,
+                                env: dict[str, str] | None = None
+                                ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Any uvicorn server (say an OpenEnv package's ``uvicorn server.app:app``): ``cmd`` must bind
+    127.0.0.1 (port 0 recommended) and log uvicorn's "running on" line; yields (base URL, process)
+    once ``/health`` answers, and stops the process at exit as :func:`serve_in_subprocess` does."""
+    with _spawn(cmd, env, cwd) as proc:
+        yield _await_listening(proc, startup_timeout_s), proc
+
+
+@contextlib.contextmanager
+def _spawn(cmd: Sequence[str], env: dict[str, str] | None, cwd: str | None = None
+           ) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd,
                             env={**os.environ, **(env or {})})
     try:
         yield proc

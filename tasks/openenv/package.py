@@ -1,0 +1,124 @@
+"""An OpenEnv package directory (``openenv.yaml``) started as a local server for the bridge.
+
+:class:`PackageServer` reads the manifest's ``app`` (``server.app:app``) and starts it the way the
+template's Dockerfile and README do, with uvicorn, in this interpreter, from the package directory:
+``python -m uvicorn APP --host 127.0.0.1 --port 0``. It waits until uvicorn names its port and
+``/health`` answers, and stops the server at :meth:`PackageServer.stop` (SIGTERM to its process
+group, then SIGKILL). The server also dies with this process, ``kill -9`` included: it is started
+with ``PR_SET_PDEATHSIG`` = SIGKILL from envhub's process-lifetime spawner thread.
+
+The manifest's ``validation.reward.range`` is read as :attr:`PackageServer.reward_range`: a reward
+outside it is the foreign grader's fault (``verifier_error``).
+
+Not here yet: the package's own ``server`` script or an environment made for its dependencies,
+and its Dockerfile (the server runs with the packages of this interpreter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from envhub.sandboxes.spawner import popen
+
+from .session import ServerFault
+
+MANIFEST = "openenv.yaml"
+_LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+_PR_SET_PDEATHSIG = 1
+
+
+def is_package(target: str) -> bool:
+    """Whether ``target`` is a directory holding an ``openenv.yaml``."""
+    return (Path(target) / MANIFEST).is_file()
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """The package's ``openenv.yaml``. Raises ValueError when it is not a mapping with an ``app``."""
+    import yaml
+
+    data = yaml.safe_load((Path(directory) / MANIFEST).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("app"), str):
+        raise ValueError(f"{Path(directory) / MANIFEST} names no app (say `app: server.app:app`)")
+    return data
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class PackageServer:
+    """One running server of an OpenEnv package directory (see the module docstring)."""
+
+    def __init__(self, directory: str | Path, *, startup_timeout_s: float = 120.0) -> None:
+        self.directory = Path(directory).resolve()
+        self.manifest = read_manifest(self.directory)
+        reward = ((self.manifest.get("validation") or {}).get("reward") or {}).get("range")
+        self.reward_range: tuple[float, float] | None = (
+            (float(reward[0]), float(reward[1])) if isinstance(reward, list) and len(reward) == 2 else None)
+        cmd = [sys.executable, "-m", "uvicorn", self.manifest["app"], "--host", "127.0.0.1", "--port", "0"]
+        self.proc: subprocess.Popen[bytes] = popen(
+            cmd, cwd=self.directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            self.url = self._await(startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _await(self, timeout_s: float) -> str:
+        found: list[str] = []
+        seen: list[bytes] = []
+        ready = threading.Event()
+        out = self.proc.stdout
+        assert out is not None
+
+        def pump() -> None:  # keeps draining the log so the server never blocks on a full pipe
+            for line in iter(out.readline, b""):
+                if not found:
+                    seen.append(line)
+                    if match := _LISTENING.search(line):
+                        found.append(f"http://127.0.0.1:{int(match.group(1))}")
+                        ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, name="openenv-package-log", daemon=True).start()
+        if not ready.wait(timeout_s) or not found:
+            log = b"".join(seen).decode(errors="replace")[-4000:]
+            raise ServerFault(f"{self.directory} did not start its server:\n{log}", "STARTUP_FAILED")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(found[0] + "/health", timeout=2).status_code == 200:
+                    return found[0]
+            time.sleep(0.05)
+        raise ServerFault(f"{found[0]}/health did not answer", "STARTUP_FAILED")
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop the server and everything it started (its process group); idempotent."""
+        proc = self.proc
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group is left
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+__all__ = ["MANIFEST", "PackageServer", "is_package", "read_manifest"]

@@ -1,0 +1,187 @@
+"""One stateful ``/ws`` session on a running OpenEnv server, with failures sorted by whose they are.
+
+The protocol is OpenEnv 0.10's (``openenv.core.env_client.EnvClient`` and the server's ``/ws``
+endpoint): the client sends ``{"type": "reset"|"step"|"state"|"close", "data": ...}`` and reads one
+reply per request, ``{"type": "observation"|"state", "data": ...}`` or ``{"type": "error",
+"data": {"message", "code"}}``. A step's ``data`` is the action; OpenEnv's MCP actions are
+``{"type": "list_tools"}`` and ``{"type": "call_tool", "tool_name", "arguments"}``. The reply's
+``data`` is the step envelope ``{"observation": {...}, "reward": r, "done": d, "metadata": ...}``.
+
+Contract of :meth:`OpenEnvSession.request`: it returns the reply's ``data`` or raises
+
+- :class:`ActionRejected` -- the server refused the *action* (``VALIDATION_ERROR`` on a step): the
+  agent's fault, the session goes on;
+- :class:`ServerFault` (an :class:`~envhub.errors.InfraError`) -- anything else: the connection was
+  lost or refused, the reply timed out or was no JSON object, or the server reported an error of
+  its own (``EXECUTION_ERROR``, ``CAPACITY_REACHED``, ...). The socket is dropped with the
+  session it held (an OpenEnv session lives only as long as its socket), so the next
+  :meth:`request` opens a new session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from envhub.errors import InfraError
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - httpx and websockets come with the serve extra
+    raise ImportError("the openenv bridge needs httpx and websockets: pip install 'envhub[serve]'") from exc
+
+#: Error codes of a step's reply that mean "this action does not fit the action schema".
+AGENT_ERROR_CODES = frozenset({"VALIDATION_ERROR"})
+
+
+class ServerFault(InfraError):
+    """The server or the connection to it failed (never the agent's doing); ``code`` says how."""
+
+    def __init__(self, message: str, code: str = "UNREACHABLE") -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = code
+
+
+class ActionRejected(Exception):
+    """The server refused an action as invalid; ``message`` is its explanation, for the agent."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """``(http base URL, ws URL of /ws)`` of a server URL (``http(s)://`` or ``ws(s)://``).
+
+    Raises:
+        ValueError: ``url`` is not a server URL.
+    """
+    parts = urlsplit(url.rstrip("/"))
+    if parts.scheme not in ("http", "https", "ws", "wss") or not parts.netloc:
+        raise ValueError(f"not a server URL: {url!r} (expected http://host:port)")
+    http_scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    base = urlunsplit((http_scheme, parts.netloc, parts.path, "", ""))
+    ws = urlunsplit(("wss" if http_scheme == "https" else "ws", parts.netloc, parts.path + "/ws", "", ""))
+    return base, ws
+
+
+class OpenEnvSession:
+    """HTTP reads (``/health``, ``/schema``) and one ``/ws`` session, opened on first use."""
+
+    def __init__(self, url: str, *, headers: dict[str, str] | None = None, timeout_s: float = 300.0,
+                 connect_timeout_s: float = 10.0) -> None:
+        self.base_url, self.ws_url = split_url(url)
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._http = httpx.Client(base_url=self.base_url, headers=self.headers,
+                                  timeout=connect_timeout_s + 30.0)
+        self._ws: Any = None
+
+    # ---- HTTP ---------------------------------------------------------------------------------
+
+    def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """``GET path`` as JSON. Raises :class:`ServerFault` (``HTTP_<status>``, ``UNREACHABLE``)."""
+        try:
+            response = self._http.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise ServerFault(f"cannot reach {self.base_url}{path}: {exc}") from None
+        if response.status_code != 200:
+            raise ServerFault(f"GET {path}: {response.text[:200]}", f"HTTP_{response.status_code}")
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerFault(f"GET {path} answered no JSON", "PROTOCOL_ERROR") from None
+
+    def try_get_json(self, path: str, params: dict[str, Any] | None = None) -> Any | None:
+        """``GET path`` as JSON, or None where the server has no such route or fails on it."""
+        try:
+            return self.get_json(path, params)
+        except ServerFault:
+            return None
+
+    # ---- the /ws session ----------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None
+
+    def request(self, kind: str, data: Any = None) -> dict[str, Any]:
+        """Send one ``{"type": kind, "data": data}`` message; its reply's ``data`` (see the module
+        docstring for what it raises)."""
+        from websockets.exceptions import ConnectionClosed
+
+        message: dict[str, Any] = {"type": kind}
+        if data is not None:
+            message["data"] = data
+        try:
+            ws = self._ws if self._ws is not None else self._open()
+            ws.send(json.dumps(message))
+            raw = ws.recv(timeout=self.timeout_s)
+        except TimeoutError:  # a late reply would pair with the next request: drop the socket
+            self.disconnect()
+            raise ServerFault(f"no reply to {kind} within {self.timeout_s:g}s", "TIMEOUT") from None
+        except (ConnectionClosed, OSError) as exc:
+            self.disconnect()
+            raise ServerFault(f"lost the connection to {self.ws_url}: {exc}", "CONNECTION_LOST") from None
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            self.disconnect()
+            raise ServerFault("the server sent a message that is not a JSON object", "PROTOCOL_ERROR")
+        body = reply.get("data")
+        if reply.get("type") == "error":
+            body = body if isinstance(body, dict) else {}
+            code, text = str(body.get("code", "ERROR")), str(body.get("message", "server error"))
+            if kind == "step" and code in AGENT_ERROR_CODES:
+                raise ActionRejected(_explain(text, body.get("errors")), code)
+            self.disconnect()  # the server may close the socket after it (capacity): start afresh
+            raise ServerFault(f"the server failed on {kind}: {text}", code)
+        return body if isinstance(body, dict) else {}
+
+    def _open(self) -> Any:
+        from websockets.exceptions import InvalidStatus
+        from websockets.sync.client import connect
+
+        try:
+            # entered by hand: the connection outlives any one with-block
+            self._ws = connect(self.ws_url, additional_headers=self.headers,
+                               open_timeout=self.connect_timeout_s, max_size=None, compression=None,
+                               ping_interval=20, ping_timeout=20, close_timeout=2).__enter__()
+        except InvalidStatus as exc:
+            raise ServerFault(f"{self.ws_url} refused the connection: HTTP {exc.response.status_code}",
+                              f"HTTP_{exc.response.status_code}") from None
+        return self._ws
+
+    def disconnect(self) -> None:
+        """End the ``/ws`` session (politely when the socket still works); idempotent."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                ws.send(json.dumps({"type": "close"}))
+            with contextlib.suppress(Exception):
+                ws.close()
+
+    def close(self) -> None:
+        self.disconnect()
+        self._http.close()
+
+
+def _explain(message: str, errors: Any) -> str:
+    """A server's validation error as one line for the agent: its message and where it failed."""
+    if not isinstance(errors, list) or not errors:
+        return message
+    parts = []
+    for err in errors[:5]:
+        if isinstance(err, dict):
+            loc = ".".join(str(p) for p in err.get("loc", ())) or "(action)"
+            parts.append(f"{loc}: {err.get('msg', '')}")
+    return f"{message}: {'; '.join(parts)}" if parts else message
+
+
+__all__ = ["AGENT_ERROR_CODES", "ActionRejected", "OpenEnvSession", "ServerFault", "split_url"]
