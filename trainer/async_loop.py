@@ -18,8 +18,13 @@ built, ``rollout.share_weights`` notwithstanding) and swaps weights under the en
 checkpoint reads the engine's sampler RNG under that lock too; the producer's policy has its own
 tokenizer. The producer stops once the last step's batch is taken (or at :meth:`AsyncTrainer.close`).
 
-Not yet (issue #40 steps 2 and 3): ``--resume`` (refused: the buffer and the episodes in flight are not
-in the checkpoint), several ranks, an SGLang engine, partial rollouts.
+**Resume** (issue #40 step 2, :mod:`envhub.trainer.async_resume`): every finished episode is kept in
+``RUN/rollouts/buffer/`` as it finishes, each checkpoint names the buffer's groups and the episodes in
+flight (``async.json``), and ``--resume`` puts the first back in the buffer (the staleness bound
+applies, drops counted) and reissues the second under the same episode ids; the steps after the
+checkpoint are trained again on what the buffer then holds, each once.
+
+Not yet (issue #40 step 3): several ranks, an SGLang engine, partial rollouts.
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 from envhub.rollout.episodes import EpisodePlan
-from envhub.trainer import fsdp, sampling
+from envhub.trainer import async_resume, fsdp, sampling
+from envhub.trainer import checkpoint as ckpt
 from envhub.trainer.async_rollouts import AsyncRollouts, Taken, mark_stale, step_figures
 from envhub.trainer.batch import TrainingSample
-from envhub.trainer.checkpoint import TrainingError
 from envhub.trainer.config import TrainConfig
 from envhub.trainer.loop import Trainer
 from envhub.trainer.preflight import PreflightError
@@ -42,32 +47,46 @@ from envhub.types import TrajectoryRecord
 
 class AsyncTrainer(Trainer):
     """A :class:`~envhub.trainer.loop.Trainer` whose steps train on the rollout buffer's groups. Refused
-    before any model loads: ``resume`` and several ranks (not supported yet)."""
+    before any model loads: several ranks (not supported yet). With ``resume``, the producer takes up
+    the latest checkpoint's groups (:func:`~envhub.trainer.async_resume.resume_groups`)."""
 
     def __init__(self, config: TrainConfig, *, resume: bool = False, dist: fsdp.DistInfo | None = None,
                  log: Callable[[str], None] | None = None) -> None:
-        if resume:
-            raise TrainingError("--resume of an asynchronous run (rollout.mode: async) is not supported yet: "
-                                "its buffered and in-flight groups are not in the checkpoint; start a new run_dir")
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 or (dist is not None and dist.distributed):
             raise PreflightError("rollout.mode async runs in one process only yet: run it without torchrun")
         self.producer: AsyncRollouts | None = None
         self._taken: Taken | None = None
         self._stale: dict[str, float] = {}
-        super().__init__(config, resume=False, dist=dist, log=log)
+        self._stopped: dict[str, Any] | None = None  # the producer's snapshot once it stopped
+        super().__init__(config, resume=resume, dist=dist, log=log)
+        try:
+            self.buffer = async_resume.BufferLog(self.files)
+            r = config.rollout
+            self.resumed = async_resume.resume_groups(
+                self.files, ckpt.latest_checkpoint(self.run_dir) if resume else None, step=self.state.step,
+                cursor=self.state.cursor, version=int(self.state.weight_version), max_staleness=r.max_staleness,
+                drop=r.stale_samples == "drop")
+        except BaseException:
+            self.close()
+            raise
+        self._dropped_to_report = len(self.resumed.dropped)
+        if resume:
+            self.replay.lines.clear()  # a step trained again forms its batch anew: its own times are its own
+            self.log(async_resume.resume_line(self.resumed))
 
     def rollouts(self, step: int, plans: list[EpisodePlan] | None = None) -> list[TrajectoryRecord]:
-        """The step's batch from the buffer (``plans`` are ignored: the producer plans the groups, from
-        the data cursor on), kept in ``RUN/rollouts/step-N/``. The producer starts at the first call
-        and stops once the last step's batch is taken."""
+        """The step's batch from the buffer (``plans`` are ignored: the producer plans the groups), kept in
+        ``RUN/rollouts/step-N/``. The producer starts at the first call -- from group 0, or after a resume
+        with the checkpoint's groups and then its ``next_group`` on -- and stops once the last step's batch
+        is taken."""
         if self.producer is None:
             r, order = self.config.rollout, sampling.TaskOrder(
                 self.tasks, env_id=self.config.env.id, seed=self.config.seed,
                 group_size=self.config.rollout.group_size, dist=self.dist)
             self.producer = AsyncRollouts(
-                self.collector, lambda j: order.plans(j, 1), first_group=self.state.cursor,
+                self.collector, lambda j: order.plans(j, 1), first_group=self.resumed.next_group,
                 groups_per_step=r.groups_per_step, max_staleness=r.max_staleness, buffer_groups=r.buffer_groups,
-                engine=self.models.engine).start()
+                engine=self.models.engine, pending=self.resumed.groups, keep=self.buffer.keep).start()
         self._taken = self.producer.take()
         if step >= self.config.steps:
             self.stop_rollouts()
@@ -99,7 +118,18 @@ class AsyncTrainer(Trainer):
                stats: dict[str, Any], timer: StepTimer) -> dict[str, Any]:
         line = super().record(step, records, samples, stats, timer)
         assert self._taken is not None
-        return {**line, **step_figures(self._taken, self._stale, step_seconds=sum(timer.seconds.values()))}
+        line = {**line, **step_figures(self._taken, self._stale, step_seconds=sum(timer.seconds.values()))}
+        if self._dropped_to_report:  # the first step after a resume that dropped stale groups
+            line["async_resume_dropped_groups"], self._dropped_to_report = self._dropped_to_report, 0
+        return line
+
+    def save_checkpoint(self) -> None:
+        """The checkpoint, with the producer's state as ``async.json`` (taken between steps: no batch is
+        taken and untrained); before the producer starts, the groups it will take up."""
+        snapshot = (self.producer.snapshot() if self.producer is not None
+                    else self._stopped or self.resumed.snapshot())
+        ckpt.save(self.run_dir, self.state, self.models, self.dist, keep=self.config.keep_checkpoints,
+                  extra={async_resume.ASYNC_FILE: snapshot})
 
     def stop_rollouts(self) -> None:
         """Stop the producer, saying what it had sampled that no step trains (idempotent)."""
@@ -107,6 +137,7 @@ class AsyncTrainer(Trainer):
         if producer is None:
             return
         left = producer.close()
+        self._stopped = producer.snapshot()
         if any(left.values()):
             self.log(f"async: groups sampled but not trained (the run's steps are done): "
                      f"{left['buffered_groups']} finished in the buffer, {left['running_groups']} in flight")
@@ -114,3 +145,5 @@ class AsyncTrainer(Trainer):
     def close(self) -> None:
         self.stop_rollouts()
         super().close()
+        if hasattr(self, "buffer"):
+            self.buffer.close()

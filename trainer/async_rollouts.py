@@ -23,6 +23,13 @@ trained: the trainer's push (:class:`~envhub.trainer.weight_sync.InProcessSync`,
 engine CPU clones of the new weights, which its worker loads into the copy once the requests in flight
 have finished (:meth:`~envhub.adapters.engines.TransformersEngine.stage_weights`). Every turn is thus
 sampled under the one version it records, and the mismatch correction uses each turn's own logprobs.
+
+**Resume** (:mod:`envhub.trainer.async_resume`): every finished episode is handed to ``keep`` (the run
+directory's buffer) before it counts as finished, and :meth:`AsyncRollouts.snapshot` names, under the
+buffer's lock, the groups started and not taken (finished or not, with the episodes finished so far)
+and the next group of the task order; a producer built with ``pending`` (a snapshot's groups, read
+back) puts the finished ones in the buffer and runs the others first, only their unfinished episodes,
+under the same episode ids.
 """
 
 from __future__ import annotations
@@ -67,24 +74,50 @@ class Taken:
     buffer_waits: list[float] = field(default_factory=list)  # per record: seconds since it finished
 
 
+@dataclass
+class Group:
+    """Group ``index`` of the task order: its planned episodes, those finished so far, and where each
+    finished one is kept (``entries``: episode id -> the key ``keep`` returned)."""
+
+    index: int
+    episode_ids: list[str]
+    finished: dict[str, TrajectoryRecord] = field(default_factory=dict)
+    entries: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return len(self.finished) == len(self.episode_ids)
+
+    def records(self) -> list[TrajectoryRecord]:
+        return sorted(self.finished.values(), key=lambda r: r.sample_index)
+
+    def dump(self) -> dict[str, Any]:
+        return {"index": self.index, "episodes": list(self.episode_ids), "finished": dict(self.entries)}
+
+
 class AsyncRollouts:
     """Groups ``first_group``, ``first_group + 1``, ... (``plan_group(j)``: the episodes of group ``j``)
     run on ``collector`` under the admission rule of the module docstring. :meth:`start` starts the
     producer, :meth:`take` hands the trainer a batch, :meth:`trained` says a step is done,
-    :meth:`close` stops it. ``engine``: its ``swap_wait_s`` counts as rollout idle time."""
+    :meth:`close` stops it. ``engine``: its ``swap_wait_s`` counts as rollout idle time. ``pending``:
+    groups of a checkpoint (see the module docstring); ``keep(record)``: called on the producer's thread
+    with each finished episode before it counts as finished, returns the key it is kept under."""
 
     def __init__(self, collector: EpisodeCollector, plan_group: Callable[[int], list[EpisodePlan]], *,
                  first_group: int, groups_per_step: int, max_staleness: int, buffer_groups: int | None = None,
-                 engine: Any = None) -> None:
+                 engine: Any = None, pending: Sequence[Group] = (),
+                 keep: Callable[[TrajectoryRecord], str] | None = None) -> None:
         self.collector, self.plan_group, self.engine = collector, plan_group, engine
         self.batch, self.max_staleness = groups_per_step, max_staleness
         self.capacity = buffer_groups or (max_staleness + 1) * groups_per_step
         self._next = first_group
         self._cond = threading.Condition()
         self._started = self._taken = self._trained = 0  # groups started and taken, steps trained
-        self._members: dict[str, list[TrajectoryRecord]] = {}  # a running group's finished episodes
-        self._sizes: dict[str, int] = {}  # a running group's planned episodes
-        self._ready: deque[list[TrajectoryRecord]] = deque()  # finished groups, oldest first
+        self.keep = keep
+        self._running: dict[str, Group] = {}  # by group id
+        self._ready: deque[Group] = deque(g for g in pending if g.done)  # finished groups, oldest first
+        self._queue: deque[Group] = deque(g for g in pending if not g.done)  # to run before group _next
+        self._started = len(self._ready)
         self._error: BaseException | None = None
         self._idle_s, self._gate_since = 0.0, None  # admission closed: seconds so far, and since when
         self._since = time.monotonic()
@@ -102,12 +135,13 @@ class AsyncRollouts:
     def _produce(self) -> None:
         try:
             for record in self.collector.run(self._admitted(), abandon=self._closed):
+                entry = self.keep(record) if self.keep is not None else record.episode_id
                 with self._cond:
-                    members = self._members.setdefault(record.group_id, [])
-                    members.append(record)
-                    if len(members) == self._sizes[record.group_id]:
-                        del self._members[record.group_id], self._sizes[record.group_id]
-                        self._ready.append(sorted(members, key=lambda r: r.sample_index))
+                    group = self._running[record.group_id]
+                    group.finished[record.episode_id], group.entries[record.episode_id] = record, entry
+                    if group.done:
+                        del self._running[record.group_id]
+                        self._ready.append(group)
                         self._cond.notify_all()
         except BaseException as exc:  # handed to the trainer's thread, which raises it from take()
             with self._cond:
@@ -118,11 +152,17 @@ class AsyncRollouts:
         """The episodes to run, group by group, each group once admission allows it (pulled by the
         collector's worker threads, one at a time)."""
         while self._wait_for_admission():
-            plans = self.plan_group(self._next)
-            with self._cond:
-                self._next += 1
+            with self._cond:  # planned and registered at once: a snapshot never misses a started group
+                if self._queue:
+                    group = self._queue[0]
+                    plans = [p for p in self.plan_group(group.index) if p.episode_id not in group.finished]
+                    self._queue.popleft()
+                else:
+                    plans = self.plan_group(self._next)
+                    group = Group(self._next, [p.episode_id for p in plans])
+                    self._next += 1
                 self._started += 1
-                self._sizes[plans[0].group_id] = len(plans)
+                self._running[plans[0].group_id] = group
             yield from plans
 
     def _admissible(self) -> bool:
@@ -156,7 +196,7 @@ class AsyncRollouts:
                 if self._closed.is_set() or not self._thread.is_alive():
                     raise RolloutsFailed("the rollout producer is not running")
                 self._cond.wait(POLL_S)
-            groups = [self._ready.popleft() for _ in range(self.batch)]
+            groups = [self._ready.popleft().records() for _ in range(self.batch)]
             self._taken += self.batch
             now, wall = time.monotonic(), time.time()
             idle = self._idle_s
@@ -177,6 +217,15 @@ class AsyncRollouts:
             return {"started": self._started, "taken": self._taken, "ready": len(self._ready),
                     "trained": self._trained}
 
+    def snapshot(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the producer (``async.json``): ``next_group``, the next group of
+        the task order to plan, and ``groups``, every group started (or to run first) and not taken, by
+        index, as :meth:`Group.dump` -- finished in the buffer, running, or queued. After :meth:`close`,
+        the state it stopped in (episodes abandoned in flight count as unfinished)."""
+        with self._cond:
+            groups = sorted([*self._ready, *self._running.values(), *self._queue], key=lambda g: g.index)
+            return {"next_group": self._next, "groups": [g.dump() for g in groups]}
+
     def trained(self) -> None:
         """The trainer is done with a step (its weights pushed): admission opens a step further."""
         with self._cond:
@@ -186,7 +235,8 @@ class AsyncRollouts:
     def close(self) -> dict[str, int]:
         """Stop admitting; what was not trained is dropped -- the finished groups of the buffer, and the
         episodes in flight (they end in the collector's threads; its ``close`` waits for them). Returns
-        those counts (``buffered_groups``, ``running_groups``); idempotent."""
+        those counts (``buffered_groups``, ``running_groups``); idempotent. :meth:`snapshot` still
+        names them (a resume with more steps takes them up)."""
         self._closed.set()
         with self._cond:
             self._cond.notify_all()
@@ -196,7 +246,6 @@ class AsyncRollouts:
             if self._left is None:
                 self._left = {"buffered_groups": len(self._ready),
                               "running_groups": self._started - self._taken - len(self._ready)}
-                self._ready.clear()
             return self._left
 
 

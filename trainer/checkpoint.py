@@ -9,7 +9,9 @@
   SFT; with LoRA its adapter), so that a resumed run uses the reference the uninterrupted one did;
 * ``rng-rank{R}.pt`` -- per rank: python's, numpy's and torch's RNG states and the engine sampler's;
 * ``state.json`` -- the step, the weight version, whether the SFT stage is done, the data cursor and
-  the curriculum the run draws from (so a resume samples exactly the tasks the run would have).
+  the curriculum the run draws from (so a resume samples exactly the tasks the run would have);
+* ``async.json`` -- with ``rollout.mode: async``: the rollout buffer's groups and the episodes in flight
+  (:mod:`envhub.trainer.async_resume`), handed to :func:`save` as ``extra``.
 
 A checkpoint directory is built under a temporary name, fsynced and renamed into place; only then
 does ``RUN/checkpoints/latest`` (one line, replaced atomically) point at it. A kill at any moment
@@ -167,8 +169,10 @@ def resume(files: TrainingRun, models: PolicyModels, dist: fsdp.DistInfo,
     return state, Replay({r["step"]: r for r in replayed})
 
 
-def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.DistInfo, *, keep: int) -> None:
-    """Every rank: the checkpoint of ``state.step`` (rank 0 writes the weights and publishes it)."""
+def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.DistInfo, *, keep: int,
+         extra: dict[str, Any] | None = None) -> None:
+    """Every rank: the checkpoint of ``state.step`` (rank 0 writes the weights and publishes it, with
+    each ``extra`` object as the JSON file it names)."""
     staging = begin_save(run_dir, state.step) if dist.is_main else staging_dir(run_dir, state.step)
     fsdp.barrier(dist)
     with getattr(models.engine, "paused", contextlib.nullcontext)():  # its worker may be sampling (async)
@@ -178,7 +182,8 @@ def save(run_dir: Path, state: TrainState, models: PolicyModels, dist: fsdp.Dist
     fsdp.barrier(dist)
     if dist.is_main:
         finish_save(run_dir, staging, state=state, model=model, optimizer=optimizer,
-                    scheduler=models.scheduler.state_dict(), keep=keep, reference=models.reference_state())
+                    scheduler=models.scheduler.state_dict(), keep=keep, reference=models.reference_state(),
+                    extra=extra)
     fsdp.barrier(dist)
 
 
@@ -269,13 +274,16 @@ def save_rank_part(staging: Path, rank: int, engine_rng: torch.Generator | None)
 
 def finish_save(run_dir: Path, staging: Path, *, state: TrainState, model: dict[str, torch.Tensor],
                 optimizer: dict[str, Any], scheduler: dict[str, Any], keep: int,
-                reference: dict[str, torch.Tensor] | None = None) -> Path:
-    """Rank 0, after every rank's part is in ``staging``: publish the checkpoint, then prune old ones."""
+                reference: dict[str, torch.Tensor] | None = None, extra: dict[str, Any] | None = None) -> Path:
+    """Rank 0, after every rank's part is in ``staging``: publish the checkpoint (with each ``extra``
+    object as the JSON file it names), then prune old ones."""
     _save_tensor_file(model, staging / "model.pt")
     if reference is not None:
         _save_tensor_file(reference, staging / "reference.pt")
     _save_tensor_file(optimizer, staging / "optimizer.pt")
     _save_tensor_file(scheduler, staging / "scheduler.pt")
+    for name, obj in (extra or {}).items():
+        write_json_atomic(staging / name, obj)
     write_json_atomic(staging / "state.json", asdict(state))
     _fsync_dir(staging)
     root = checkpoint_root(run_dir)

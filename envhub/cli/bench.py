@@ -142,6 +142,17 @@ def bench_train(ctx: typer.Context) -> None:
     raise typer.Exit(main(list(ctx.args)))
 
 
+@bench_app.command("async", add_help_option=False,
+                   context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_async(ctx: typer.Context) -> None:
+    """Sync against async training on an env whose tool takes a set latency; `envhub bench async --help`."""
+    try:
+        from envhub.trainer.bench_async import main
+    except ImportError as exc:
+        raise fail(f"the async benchmark needs an optional dependency: {exc}") from None
+    raise typer.Exit(main(list(ctx.args)))
+
+
 RUNS = 3
 _ENVHUB = [sys.executable, "-m", "envhub.cli"]
 
