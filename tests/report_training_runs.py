@@ -17,19 +17,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer"))
 
-from letter_env import FirstLetterEnv, _FirstLetter
+from letter_env import FirstLetterEnv
 
 from envhub.episode import Episode
 from envhub.errors import InfraError
 from envhub.registry import register
 from envhub.run_dir import TrainingRun
 from envhub.store import write_json_atomic, write_text_atomic
+from envhub.trainer.bench_async_env import FirstLetter
 from envhub.types import Outcome, Task, TrajectoryRecord, Turn, Verdict, Versions
 
 ENV = "test/FlakyLetter-v0"
 
 
-class _FlakyVerifier(_FirstLetter):
+class _FlakyVerifier(FirstLetter):
     def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict:
         if task.task_id.endswith("-3"):
             raise InfraError("grading service unavailable (test)")

@@ -27,12 +27,14 @@ LETTERS = ("c", "p")
 PROMPT = "Reply with one word that starts with the letter c or the letter p."
 
 
-class _Tasks:
-    name = "slow-letter"
+class LetterTasks:
+    """Four tasks per split, all with :data:`PROMPT` (also the trainer tests' letter envs)."""
+
     version = "1"
 
-    def __init__(self) -> None:
-        self._tasks = {f"{split}-{i}": Task(task_id=f"{split}-{i}", family="slow_letter", split=split,
+    def __init__(self, name: str = "slow-letter", family: str = "slow_letter") -> None:
+        self.name = name
+        self._tasks = {f"{split}-{i}": Task(task_id=f"{split}-{i}", family=family, split=split,
                                             prompt=PROMPT, hidden={"letters": LETTERS})
                        for split in ("train", "validation", "test") for i in range(4)}
 
@@ -51,7 +53,7 @@ class _WholeReply:
                                   ToolCall(name="answer", arguments={"answer": text}, id="answer")])
 
 
-class _FirstLetter:
+class FirstLetter:
     def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict:
         word = str(submission.get("answer", "")).strip().lower()
         if word[:1] in task.hidden["letters"]:
@@ -72,14 +74,14 @@ class SlowLetterEnv(Env):
         self.latency_s = float(latency_s)
         super().__init__(parser=_WholeReply(), **kwargs)
 
-    def load_tasks(self) -> _Tasks:
-        return _Tasks()
+    def load_tasks(self) -> LetterTasks:
+        return LetterTasks()
 
     def task_cache_key(self) -> str:
         return "slow-letter"
 
-    def make_verifier(self) -> _FirstLetter:
-        return _FirstLetter()
+    def make_verifier(self) -> FirstLetter:
+        return FirstLetter()
 
     def system_prompt(self, task: Task) -> str:
         return "Answer with a single word. Your whole reply is your answer."

@@ -20,26 +20,8 @@ from envhub.episode import Episode
 from envhub.parsing import ParseResult
 from envhub.registry import register
 from envhub.tools import tool
-from envhub.types import Action, Outcome, Task, ToolCall, Verdict
-
-LETTERS = ("c", "p")
-PROMPT = "Reply with one word that starts with the letter c or the letter p."
-
-
-class _Tasks:
-    name = "first-letter"
-    version = "1"
-
-    def __init__(self) -> None:
-        self._tasks = {f"{split}-{i}": Task(task_id=f"{split}-{i}", family="first_letter", split=split,
-                                            prompt=PROMPT, hidden={"letters": LETTERS})
-                       for split in ("train", "validation", "test") for i in range(4)}
-
-    def task_ids(self, split: str) -> list[str]:
-        return [t for t, task in self._tasks.items() if task.split == split]
-
-    def get(self, task_id: str) -> Task:
-        return self._tasks[task_id]
+from envhub.trainer.bench_async_env import FirstLetter, LetterTasks
+from envhub.types import Action, Task, ToolCall, Verdict
 
 
 class _WholeReply:
@@ -47,14 +29,6 @@ class _WholeReply:
 
     def parse(self, text: str) -> ParseResult:
         return ParseResult(calls=[ToolCall(name="answer", arguments={"answer": text})])
-
-
-class _FirstLetter:
-    def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict:
-        word = str(submission.get("answer", "")).strip().lower()
-        if word[:1] in task.hidden["letters"]:
-            return Verdict(reward=1.0, outcome=Outcome.SUCCESS, detail=f"{word[:20]!r} starts with c or p")
-        return Verdict(reward=0.0, outcome=Outcome.WRONG_ANSWER, detail=f"{word[:20]!r} does not")
 
 
 class FirstLetterEnv(Env):
@@ -65,14 +39,14 @@ class FirstLetterEnv(Env):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(parser=_WholeReply(), **kwargs)
 
-    def load_tasks(self) -> _Tasks:
-        return _Tasks()
+    def load_tasks(self) -> LetterTasks:
+        return LetterTasks("first-letter", "first_letter")
 
     def task_cache_key(self) -> str:
         return "first-letter"
 
-    def make_verifier(self) -> _FirstLetter:
-        return _FirstLetter()
+    def make_verifier(self) -> FirstLetter:
+        return FirstLetter()
 
     def system_prompt(self, task: Task) -> str:
         return "Answer with a single word. Your whole reply is your answer."
@@ -86,7 +60,7 @@ class FirstLetterEnv(Env):
         return [Action(text="cat")]
 
 
-class _HeldVerdicts(_FirstLetter):
+class _HeldVerdicts(FirstLetter):
     """The verdict of an episode its env holds waits until the run's ``steps.jsonl`` reports
     ``until_version`` (at most ``max_hold_s``)."""
 
@@ -128,7 +102,7 @@ class HeldLetterEnv(FirstLetterEnv):
                                                                and steps.read_text().strip())
         return super().system_prompt(task)
 
-    def make_verifier(self) -> _FirstLetter:
+    def make_verifier(self) -> FirstLetter:
         return self.verdicts
 
 
