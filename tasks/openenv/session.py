@@ -33,7 +33,10 @@ except ImportError as exc:  # pragma: no cover - httpx and websockets come with 
     raise ImportError("the openenv bridge needs httpx and websockets: pip install 'envhub[serve]'") from exc
 
 #: Error codes of a step's reply that mean "this action does not fit the action schema".
-AGENT_ERROR_CODES = frozenset({"VALIDATION_ERROR"})
+#: error frames in reply to the agent's step that are the agent's: a rejected action, and the env's
+#: step failing on it -- nothing tells that failure from one the action provoked on purpose, so it
+#: can never become an infrastructure outcome the loss leaves out
+AGENT_ERROR_CODES = frozenset({"VALIDATION_ERROR", "EXECUTION_ERROR"})
 
 
 class ServerFault(InfraError):
