@@ -8,9 +8,12 @@ producer goes on sampling. What differs from a synchronous step, stage by stage 
    async): a sample more than ``max_staleness`` weight versions behind the trainer is dropped and
    counted, or kept for the decoupled importance-sampling correction (``stale_samples``);
 6. **weight push**: staged -- the engine loads a copy of the new weights into its own model once its
-   requests in flight are done, while this thread trains on -- then admission opens a step further;
+   requests in flight are done, while this thread trains on -- then admission opens a step further. An
+   SGLang server (:mod:`envhub.trainer.async_sglang`) is paused (its requests in flight aborted) for the
+   load and resumed after it; the aborted requests are sent again and sample on the new weights;
 7. **record**: the ``async_*`` figures (:data:`~envhub.trainer.async_rollouts.STEP_KEYS`) join the
-   step's line of ``steps.jsonl``.
+   step's line of ``steps.jsonl`` (with SGLang also ``sglang_requests_reissued``: requests the pauses
+   aborted since the previous step, each sent again).
 
 Torch state is never shared between threads: the trained module, its optimizer and the reference are
 touched by this thread only; the engine's worker samples from its own copy (made when the engine is
@@ -24,7 +27,9 @@ flight (``async.json``), and ``--resume`` puts the first back in the buffer (the
 applies, drops counted) and reissues the second under the same episode ids; the steps after the
 checkpoint are trained again on what the buffer then holds, each once.
 
-Not yet (issue #40 step 3): several ranks, an SGLang engine, partial rollouts.
+With ``engine: sglang:URL`` the first batch is preceded by a push of the trainer's weights under its
+version (the server's own start version is not trusted). Not yet (issue #40 step 3): several ranks,
+partial rollouts.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class AsyncTrainer(Trainer):
         self._taken: Taken | None = None
         self._stale: dict[str, float] = {}
         self._stopped: dict[str, Any] | None = None  # the producer's snapshot once it stopped
+        self._aborted_seen = 0  # the SGLang engine's aborted (and reissued) requests at the last record
         super().__init__(config, resume=resume, dist=dist, log=log)
         try:
             self.buffer = async_resume.BufferLog(self.files)
@@ -66,6 +72,10 @@ class AsyncTrainer(Trainer):
                 self.files, ckpt.latest_checkpoint(self.run_dir) if resume else None, step=self.state.step,
                 cursor=self.state.cursor, version=int(self.state.weight_version), max_staleness=r.max_staleness,
                 drop=r.stale_samples == "drop")
+            if self.models.engine.name == "sglang":
+                # the server samples the trainer's weights under the trainer's version from the first
+                # request on (a fresh run's "0", or a resumed checkpoint's), whatever it was started with
+                self.models.publish(self.state.weight_version)
         except BaseException:
             self.close()
             raise
@@ -119,6 +129,9 @@ class AsyncTrainer(Trainer):
         line = super().record(step, records, samples, stats, timer)
         assert self._taken is not None
         line = {**line, **step_figures(self._taken, self._stale, step_seconds=sum(timer.seconds.values()))}
+        aborted = getattr(self.models.engine, "aborted_requests", None)
+        if aborted is not None:  # SGLang: requests a push's pause aborted since the last step, each sent again
+            line["sglang_requests_reissued"], self._aborted_seen = aborted - self._aborted_seen, aborted
         if self._dropped_to_report:  # the first step after a resume that dropped stale groups
             line["async_resume_dropped_groups"], self._dropped_to_report = self._dropped_to_report, 0
         return line

@@ -11,7 +11,8 @@ The in-process engine samples from the trained module itself when ``rollout.shar
 (one process, the transformers engine): no second copy of the model and no weight copy per step,
 only a new weight version. Otherwise it samples from an unsharded copy that every push replaces;
 with ``rollout.mode: async`` always, the push staged (the engine swaps the copy's weights once the
-requests in flight are done, while this module trains on).
+requests in flight are done, while this module trains on). An SGLang server with ``rollout.mode: async``
+is paused around each push (:mod:`envhub.trainer.async_sglang`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ class PolicyModels:
                            seed=config.seed + dist.rank, model_id=str(model_dir), compute_dtype=self.compute_dtype)
         # Any: the trainer also uses what engines offer beyond the protocol (sampler_rng, mark_weights_updated)
         self.engine: Any = make_engine(config.engine, model=local, max_context=config.rollout.max_context)
+        if self.overlapped and self.engine.name == "sglang":  # paused (and its aborted requests resent) at pushes
+            from envhub.trainer.async_sglang import PausingSGLangEngine
+
+            self.engine = PausingSGLangEngine(self.engine)
         self.shared = getattr(self.engine, "model", None) is model
         try:
             optim = config.optim

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envhub.adapters.engines.factory import engine_kind
 from envhub.env import Env
 from envhub.trainer.config import TrainConfig
 from envhub.trainer.trackers import missing_packages, tracker_names
@@ -144,9 +143,6 @@ def check_async(config: TrainConfig) -> list[str]:
     if rollout.dynamic_sampling:
         problems.append("rollout.dynamic_sampling with rollout.mode async: the buffer's groups are already "
                         "sampled ahead; use one or the other")
-    if engine_kind(config.engine) != "transformers":
-        problems.append(f"rollout.mode async with engine {config.engine}: only the in-process transformers "
-                        "engine is supported yet")
     return problems
 
 

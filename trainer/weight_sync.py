@@ -17,7 +17,11 @@ rank learns the outcome:
   ``model_path``, ``weight_version``, ``flush_cache``, ``abort_all_requests``; answer
   ``{"success", "message", "num_paused_requests"}``, status 400 when ``success`` is false), then
   ``GET /get_model_info`` must report the new ``weight_version``. ``model_path`` must be a path the
-  *server* can read (same machine or a shared filesystem).
+  *server* can read (same machine or a shared filesystem). ``staged`` (asynchronous training, the
+  engine a :class:`~envhub.trainer.async_sglang.PausingSGLangEngine`): the dir is written while
+  generation goes on, and the load and its confirmation run inside the engine's ``weight_update``
+  window (``POST /pause_generation`` with mode ``abort`` before, ``POST /continue_generation`` after;
+  the aborted requests are sent again on the new weights).
 
 Contract: a push either returns the engine's new version, or raises :class:`WeightSyncError`
 (refused, failed, unconfirmed, or no answer within ``timeout_s``) on every rank that relies on that
@@ -28,6 +32,7 @@ tested against a loopback server that speaks SGLang's documented fields, not aga
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -217,12 +222,17 @@ class SGLangDiskSync:
     """
 
     def __init__(self, engine: Any, *, base_model_dir: Path, staging_dir: Path, timeout_s: float = 300.0,
-                 keep: int = 2, model_dir_state: Callable[[StateDict], StateDict] | None = None) -> None:
+                 keep: int = 2, model_dir_state: Callable[[StateDict], StateDict] | None = None,
+                 staged: bool = False) -> None:
         from envhub.adapters.engines.sglang_client import SGLangEngine
 
         if timeout_s <= 0 or keep < 1:
             raise ValueError(f"timeout_s must be > 0 and keep >= 1, got {timeout_s}, {keep}")
+        if staged and not callable(getattr(engine, "weight_update", None)):
+            raise TypeError("staged sglang pushes need an engine that pauses its requests "
+                            "(envhub.trainer.async_sglang.PausingSGLangEngine)")
         self.engine = engine
+        self.staged = staged
         self.base_model_dir = Path(base_model_dir)
         self.staging_dir = Path(staging_dir)
         self.timeout_s = timeout_s
@@ -244,6 +254,18 @@ class SGLangDiskSync:
         except (ValueError, OSError) as exc:
             raise WeightSyncError(f"cannot stage weight version {version} for sglang: {exc}") from exc
         deadline = time.monotonic() + self.timeout_s
+        # staged (async): the dir is written while generation goes on; the load runs with generation
+        # paused, every request in flight answered (aborted ones are sent again afterwards)
+        window = self.engine.weight_update(self.timeout_s) if self.staged else contextlib.nullcontext()
+        try:
+            with window:
+                self._load(path, version, deadline)
+        except EngineError as exc:  # the pause or the continue
+            raise WeightSyncError(f"sglang weight update to version {version}: {exc}") from exc
+        self._prune(keep_path=path)
+        return version
+
+    def _load(self, path: Path, version: str, deadline: float) -> None:
         # Only the updater's client runs the POST: if it hangs and answers after the deadline,
         # the late answer changes nothing here.
         self._within(deadline, version, path, lambda: self._updater.update_weights_from_disk(
@@ -254,8 +276,6 @@ class SGLangDiskSync:
         if str(reported) != version:
             raise WeightSyncError(f"sglang answered success for weight version {version} but /get_model_info "
                                   f"reports {reported!r}")
-        self._prune(keep_path=path)
-        return version
 
     def _within(self, deadline: float, version: str, path: Path, call: Callable[[], Any]) -> Any:
         """``call()``'s result, or :class:`WeightSyncError` if it raised or did not return by
@@ -331,8 +351,9 @@ def weight_sync_for(engine: Any, *, base_model_dir: Path, staging_dir: Path, tim
     if sync_class is None:
         raise TypeError(f"no weight sync for engine {type(engine).__name__}: use the transformers engine or "
                         "sglang:URL")
-    if staged and sync_class is not InProcessSync:
-        raise TypeError(f"staged weight pushes need the in-process engine, not {engine.name}")
+    if staged and sync_class is not InProcessSync and not callable(getattr(engine, "weight_update", None)):
+        raise TypeError(f"staged weight pushes need the in-process engine, or an sglang engine that pauses its "
+                        f"requests (PausingSGLangEngine), not {type(engine).__name__}")
     options = {"staged": True} if staged else {}
     return sync_class(engine, base_model_dir=base_model_dir, staging_dir=staging_dir, timeout_s=timeout_s, keep=keep,
                       model_dir_state=model_dir_state, **options)
