@@ -176,8 +176,11 @@ def _random_value(rng: random.Random, schema: dict[str, Any]) -> Any:
 
 
 def _empty_submission(env: EpisodeEnv, observation: Observation) -> str:
-    """A call of the env's terminal tool with empty values for its required arguments."""
+    """A call of the env's terminal tool with empty values for its required arguments (an empty
+    answer where the env has none)."""
     name = env.terminal_tool
+    if not name:  # an env with no terminal tool (a chat ends on an answer without tool calls)
+        return ""
     spec = next((t for t in observation.tools if t.name == name), None)
     if spec is None:
         raise ValueError(f"the env's terminal tool `{name}` is not among the tools it offers")

@@ -10,8 +10,10 @@ with this process".
 
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
+import signal
 import subprocess
 import threading
 from concurrent.futures import Future
@@ -41,6 +43,16 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A ``preexec_fn``: the child gets SIGKILL when the thread that forked it exits -- with
+    :func:`popen`, when this process exits, ``kill -9`` included."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from envhub.adapters.tito.messages import TitoError
 from envhub.adapters.tito.server import TitoServer
+from envhub.chat_wire import stream_events
 
 try:  # the serve extra; FastAPI resolves the handlers' annotations from this module's globals
     from fastapi import Body, Request
@@ -78,21 +78,6 @@ def _respond(result: dict[str, Any], body: dict[str, Any]) -> Any:
         return result
     from fastapi.responses import StreamingResponse
 
-    choice = result["choices"][0]
-    base = {k: result[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    delta: dict[str, Any] = {"role": "assistant", "content": choice["message"].get("content")}
-    if choice["message"].get("tool_calls"):
-        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(choice["message"]["tool_calls"])]
-    chunks = [
-        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
-         "usage": result["usage"]},
-    ]
-
-    def events() -> Any:
-        for chunk in chunks:
-            yield f"data: {json.dumps(chunk)}\n\n"
-        yield "data: [DONE]\n\n"
-
-    return StreamingResponse(events(), media_type="text/event-stream")
+    events = stream_events(result)
+    return StreamingResponse(iter(events), media_type="text/event-stream")
 

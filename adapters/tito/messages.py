@@ -8,7 +8,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from envhub.types import Message, ToolCall
+from envhub import chat_wire
+from envhub.chat_wire import content_text
+from envhub.types import Message
 
 
 class TitoError(Exception):
@@ -22,22 +24,6 @@ class TitoError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "code": self.code, "param": None}}
 
-
-
-def content_text(content: Any) -> str:
-    """OpenAI content: a string, None, or a list of parts of which only text parts are supported."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise TitoError(400, "only text content parts are supported", "unsupported_content")
-            texts.append(str(part.get("text", "")))
-        return "".join(texts)
-    raise TitoError(400, f"unsupported message content of type {type(content).__name__}")
 
 
 def calls_key(calls: Any) -> str:
@@ -57,28 +43,11 @@ def message_key(msg: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def to_message(msg: dict[str, Any]) -> Message:
-    role = msg.get("role")
-    if role == "developer":  # OpenAI's newer name for the system role
-        role = "system"
-    if role not in ("system", "user", "assistant", "tool"):
-        raise TitoError(400, f"unsupported message role {role!r}")
-    calls = None
-    if msg.get("tool_calls"):
-        calls = []
-        for call in msg["tool_calls"]:
-            fn = call.get("function", call) if isinstance(call, dict) else {}
-            args = fn.get("arguments") or {}
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args) if args.strip() else {}
-                except json.JSONDecodeError:
-                    raise TitoError(400, f"tool call arguments are not JSON: {args[:100]!r}") from None
-            if not isinstance(args, dict) or not fn.get("name"):
-                raise TitoError(400, "a tool call needs a function name and object arguments")
-            calls.append(ToolCall(name=str(fn["name"]), arguments=args, id=call.get("id")))
-    return Message(role=role, content=content_text(msg.get("content")), name=msg.get("name"),
-                   tool_call_id=msg.get("tool_call_id"), tool_calls=calls)
-
+    """One OpenAI message as an envhub Message; a malformed one is answered as a 400."""
+    try:
+        return chat_wire.to_message(msg)
+    except ValueError as exc:
+        raise TitoError(400, str(exc)) from None
 
 
 def classify_divergence(history: list[dict[str, Any]], incoming: list[dict[str, Any]],

@@ -17,7 +17,6 @@ and its Dockerfile (the server runs with the packages of this interpreter).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import signal
@@ -30,13 +29,12 @@ from typing import Any
 
 import httpx
 
-from envhub.sandboxes.spawner import popen
+from envhub.sandboxes.spawner import die_with_parent, popen
 
 from .session import ServerFault
 
 MANIFEST = "openenv.yaml"
 _LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
-_PR_SET_PDEATHSIG = 1
 
 
 def is_package(target: str) -> bool:
@@ -54,11 +52,6 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return data
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 class PackageServer:
     """One running server of an OpenEnv package directory (see the module docstring)."""
 
@@ -71,7 +64,7 @@ class PackageServer:
         cmd = [sys.executable, "-m", "uvicorn", self.manifest["app"], "--host", "127.0.0.1", "--port", "0"]
         self.proc: subprocess.Popen[bytes] = popen(
             cmd, cwd=self.directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            preexec_fn=die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             self.url = self._await(startup_timeout_s)
         except BaseException:

@@ -1,0 +1,28 @@
+import verifiers.v1 as vf
+
+
+class SumData(vf.TaskData):
+    answer: int = 0
+
+
+class SumTask(vf.Task[SumData, vf.State, vf.TaskConfig]):
+    @vf.reward(weight=1.0)
+    async def correct(self, trace: vf.Trace) -> float:
+        """1 when the answer's last word is the sum; raises on a last word that is no number."""
+        messages = trace.assistant_messages
+        text = (vf.types.content_text(messages[-1].content) or "") if messages else ""
+        words = text.replace(".", " ").split()
+        if words and words[-1] == "boom":  # a grader that crashes on what the agent wrote
+            raise ValueError(f"cannot read {words[-1]!r}")
+        return 1.0 if words and words[-1] == str(self.data.answer) else 0.0
+
+
+class SumConfig(vf.TasksetConfig):
+    num_tasks: int = 6
+
+
+class SumAnswerTaskset(vf.Taskset[SumTask, SumConfig]):
+    def load(self):
+        for i in range(self.config.num_tasks):
+            yield SumTask(SumData(id=f"sum-{i}", prompt=f"What is {i} + {i}? Answer with the number.",
+                                  answer=2 * i), self.config.task)
