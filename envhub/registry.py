@@ -87,6 +87,12 @@ def register_bridge(prefix: str, factory: str | Callable[..., Env]) -> None:
         _BRIDGES[prefix] = factory
 
 
+def is_bridged(env_id: str) -> bool:
+    """Whether ``env_id`` is ``PREFIX:TARGET`` of a known bridge (an env hosted from another hub)."""
+    load_plugins()
+    return _bridge_spec(env_id) is not None
+
+
 def _bridge_spec(env_id: str) -> EnvSpec | None:
     """The spec of a bridged id ``PREFIX:TARGET``, or None when ``env_id`` names no known bridge."""
     prefix, sep, target = env_id.partition(":")

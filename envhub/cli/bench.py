@@ -153,6 +153,17 @@ def bench_async(ctx: typer.Context) -> None:
     raise typer.Exit(main(list(ctx.args)))
 
 
+@bench_app.command("host", add_help_option=False,
+                   context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_host(ctx: typer.Context) -> None:
+    """A hosted OpenEnv env's step through our bridge against openenv's GenericEnvClient; `envhub bench host --help`."""
+    try:
+        from envhub.server.bench.host import main
+    except ImportError as exc:
+        raise fail(f"the host benchmark needs an optional dependency: {exc}") from None
+    raise typer.Exit(main(list(ctx.args)))
+
+
 RUNS = 3
 _ENVHUB = [sys.executable, "-m", "envhub.cli"]
 

@@ -203,6 +203,13 @@ class OpenEnvBridge(Env):
     def gold_actions(self, task: Task) -> list[Action]:
         raise NotImplementedError(f"{self.env_id} is a hosted server: it has no reference solution")
 
+    def fidelity_plan(self, episodes: int) -> tuple[Any, Any]:
+        """The oracle and the agreement check (our bridge against OpenEnv's own client) that
+        ``envhub verify`` adds to the generic fidelity checks: :func:`.fidelity.fidelity_plan`."""
+        from .fidelity import fidelity_plan
+
+        return fidelity_plan(self, episodes=episodes)
+
     def setup_episode(self, episode: Episode) -> None:
         """Reset the server's episode; its reset observation becomes the opening messages."""
         source = self.tasks
