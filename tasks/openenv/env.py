@@ -46,7 +46,7 @@ from envhub.types import Action, Message, Outcome, Task, ToolSpec, Verdict
 
 from .hosted_tasks import HostedTasks
 from .package import PackageServer, is_package
-from .session import ActionRejected, OpenEnvSession, ServerFault
+from .session import ActionEndedSession, ActionRejected, OpenEnvSession, ServerFault
 
 PREFIX = "openenv:"
 MODES = ("auto", "mcp", "typed")
@@ -80,6 +80,8 @@ class OpenEnvBridge(Env):
         success_reward: the reward at or above which a done episode is a ``success``.
         headers: extra HTTP headers (say ``Authorization``) for every request.
         timeout_s: how long one reply may take before the episode ends as ``env_error``.
+        max_action_bytes: the largest step the bridge sends; a larger one is the agent's tool error
+            (a server closes the session on a message over its limit).
         split, budget, parser: as :class:`~envhub.env.Env`'s; ``sandbox`` and ``sandbox_pool`` are
             taken (every env takes them) but unused: the server runs the tools.
 
@@ -96,7 +98,7 @@ class OpenEnvBridge(Env):
     def __init__(self, url: str, *, mode: str = "auto", task_ids: list[str] | None = None,
                  num_tasks: int = 1000, terminal_tool: str | None = None, action_tool: str = "act",
                  success_reward: float = 1.0, headers: dict[str, str] | None = None,
-                 timeout_s: float = 300.0, split: str = "train",
+                 timeout_s: float = 300.0, max_action_bytes: int = 512 * 1024, split: str = "train",
                  budget: Budget | dict[str, Any] | None = None,
                  parser: str | ToolCallParser = "default", sandbox: str = "auto", sandbox_pool: int = 8) -> None:
         if mode not in MODES:
@@ -114,6 +116,7 @@ class OpenEnvBridge(Env):
         where = str(self.package.directory) if self.package is not None else self.session.base_url
         self.env_id = PREFIX + where  # type: ignore[misc]
         self.success_reward = success_reward
+        self.max_action_bytes = max_action_bytes
         self._terminal = terminal_tool
         self._given_ids = task_ids
         self._num_tasks = num_tasks
@@ -244,10 +247,16 @@ class OpenEnvBridge(Env):
         episode = self._require_episode()
         payload = ({"type": "call_tool", "tool_name": name, "arguments": arguments} if self.mode == "mcp"
                    else dict(arguments))
+        size = len(json.dumps(payload, default=str).encode())
+        if size > self.max_action_bytes:  # the server would close the session on it
+            raise ToolError(f"the action is {size} bytes; this environment takes at most {self.max_action_bytes}")
         try:
             reply = self.session.request("step", payload)
         except ActionRejected as exc:
             raise ToolError(f"the environment rejected the action: {exc.message}") from None
+        except ActionEndedSession as exc:
+            self._finish(Outcome.FORMAT_ERROR, str(exc))
+            return f"Error: {exc}"
         obs = reply.get("observation") or {}
         error = obs.get("error") if self.mode == "mcp" else None
         if isinstance(error, dict):

@@ -36,7 +36,9 @@ except ImportError as exc:  # pragma: no cover - httpx and websockets come with 
 #: error frames in reply to the agent's step that are the agent's: a rejected action, and the env's
 #: step failing on it -- nothing tells that failure from one the action provoked on purpose, so it
 #: can never become an infrastructure outcome the loss leaves out
-AGENT_ERROR_CODES = frozenset({"VALIDATION_ERROR", "EXECUTION_ERROR"})
+AGENT_ERROR_CODES = frozenset({"VALIDATION_ERROR", "EXECUTION_ERROR", "MESSAGE_TOO_LARGE"})
+#: WebSocket close code of a message over the receiver's size limit (RFC 6455)
+_MESSAGE_TOO_BIG = 1009
 
 
 class ServerFault(InfraError):
@@ -45,6 +47,12 @@ class ServerFault(InfraError):
     def __init__(self, message: str, code: str = "UNREACHABLE") -> None:
         super().__init__(f"{message} ({code})")
         self.code = code
+
+
+class ActionEndedSession(Exception):
+    """The server ended the session because of the agent's step: it closed the socket for a message
+    over its size limit, or right after refusing the agent's previous action. The agent's doing;
+    the episode cannot go on (an OpenEnv session dies with its socket)."""
 
 
 class ActionRejected(Exception):
@@ -83,6 +91,7 @@ class OpenEnvSession:
         self._http = httpx.Client(base_url=self.base_url, headers=self.headers,
                                   timeout=connect_timeout_s + 30.0)
         self._ws: Any = None
+        self._after_agent_error = False  # the last reply refused the agent's action
 
     # ---- HTTP ---------------------------------------------------------------------------------
 
@@ -129,7 +138,11 @@ class OpenEnvSession:
             raise ServerFault(f"no reply to {kind} within {self.timeout_s:g}s", "TIMEOUT") from None
         except (ConnectionClosed, OSError) as exc:
             self.disconnect()
+            refused, self._after_agent_error = self._after_agent_error, False
+            if kind == "step" and (refused or _close_code(exc) == _MESSAGE_TOO_BIG):
+                raise ActionEndedSession(f"the server closed the session after the agent's action: {exc}") from None
             raise ServerFault(f"lost the connection to {self.ws_url}: {exc}", "CONNECTION_LOST") from None
+        self._after_agent_error = False
         try:
             reply = json.loads(raw)
         except ValueError:
@@ -142,6 +155,7 @@ class OpenEnvSession:
             body = body if isinstance(body, dict) else {}
             code, text = str(body.get("code", "ERROR")), str(body.get("message", "server error"))
             if kind == "step" and code in AGENT_ERROR_CODES:
+                self._after_agent_error = True
                 raise ActionRejected(_explain(text, body.get("errors")), code)
             self.disconnect()  # the server may close the socket after it (capacity): start afresh
             raise ServerFault(f"the server failed on {kind}: {text}", code)
@@ -175,6 +189,12 @@ class OpenEnvSession:
         self._http.close()
 
 
+def _close_code(exc: Exception) -> int | None:
+    """The close code the peer sent (or ours, where it sent none), of a ConnectionClosed."""
+    frame = getattr(exc, "rcvd", None) or getattr(exc, "sent", None)
+    return getattr(frame, "code", None)
+
+
 def _explain(message: str, errors: Any) -> str:
     """A server's validation error as one line for the agent: its message and where it failed."""
     if not isinstance(errors, list) or not errors:
@@ -187,4 +207,4 @@ def _explain(message: str, errors: Any) -> str:
     return f"{message}: {'; '.join(parts)}" if parts else message
 
 
-__all__ = ["AGENT_ERROR_CODES", "ActionRejected", "OpenEnvSession", "ServerFault", "split_url"]
+__all__ = ["AGENT_ERROR_CODES", "ActionEndedSession", "ActionRejected", "OpenEnvSession", "ServerFault", "split_url"]

@@ -129,6 +129,31 @@ def test_a_malformed_action_is_the_agents_tool_error_and_the_episode_goes_on(
     assert obs.done and obs.reward == 1.0 and obs.outcome is Outcome.SUCCESS
 
 
+def test_an_action_too_large_for_the_server_is_the_agents_never_infra(url: str, native: envhub.Env):
+    """The server (1 MiB messages) closes its socket with 1009 on a larger one: a step the bridge
+    would send that large is refused as the agent's tool error; where the bridge's own limit lets it
+    through, the closed session ends the episode as the agent's format error -- never env_error."""
+    task_id = native.tasks.task_ids("train")[7]
+    huge = Action(text="", tool_calls=[ToolCall(name="python", arguments={"code": "x" * (1 << 20)})])
+    env = envhub.make(f"openenv:{url}")
+    try:
+        env.reset(task_id=task_id)
+        obs = env.step(huge)
+        assert not obs.done and "bytes" in obs.messages[0].content and obs.messages[0].content.startswith("Error")
+        assert env.step(_call("python", code="print(6 * 7)")).messages[0].content.strip().endswith("42")
+    finally:
+        env.close()
+    env = envhub.make(f"openenv:{url}", max_action_bytes=4 << 20)
+    try:
+        env.reset(task_id=task_id)
+        obs = env.step(huge)
+        assert obs.done and obs.outcome is Outcome.FORMAT_ERROR and "1009" in obs.verdict.detail
+        env.reset(task_id=task_id)  # a new session: the next episode plays
+        assert env.step(_call("python", code="print(6 * 7)")).messages[0].content.strip().endswith("42")
+    finally:
+        env.close()
+
+
 def test_a_typed_action_env_is_one_tool_and_a_rejected_action_goes_on(url: str, native: envhub.Env):
     """Forced to typed mode, the bridge offers the server's /schema action as one tool; an action
     the server refuses (an unknown field: VALIDATION_ERROR) is answered to the agent."""
