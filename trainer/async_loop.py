@@ -27,51 +27,78 @@ flight (``async.json``), and ``--resume`` puts the first back in the buffer (the
 applies, drops counted) and reissues the second under the same episode ids; the steps after the
 checkpoint are trained again on what the buffer then holds, each once.
 
+**Several ranks** (``torchrun``, issue #40 step 3): one buffer and one admission per run, not per
+rank. Rank 0 alone runs the producer -- its engine samples every group, its admission counts the
+run's groups, it alone appends to ``RUN/rollouts/buffer/`` and writes ``async.json`` -- and at each step
+takes the batch of whole groups and scatters it (``scatter_object_list``): the ``k``-th group of the
+batch goes to rank ``k % world_size``, as a synchronous step splits its groups. Each rank keeps its
+share in ``RUN/rollouts/step-N/trajectories.rankR.jsonl`` and trains on it (FSDP2 sums the gradients
+over ranks, every rank on the same step's batch), the staleness figures and the informative groups
+are summed over ranks, and the weights are pushed once a step by every rank (rank 0's engine is the
+one sampling; the other ranks' engines sit idle). A failure of rank 0's producer, or of its resume,
+reaches every rank as an error instead of a hang.
+
 With ``engine: sglang:URL`` the first batch is preceded by a push of the trainer's weights under its
-version (the server's own start version is not trusted). Not yet (issue #40 step 3): several ranks,
-partial rollouts.
+version (the server's own start version is not trusted). Not yet (issue #40 step 3): partial rollouts.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from collections.abc import Callable
 from typing import Any
+
+from torch import distributed as torch_dist
 
 from envhub.rollout.episodes import EpisodePlan
 from envhub.trainer import async_resume, fsdp, sampling
 from envhub.trainer import checkpoint as ckpt
-from envhub.trainer.async_rollouts import AsyncRollouts, Taken, mark_stale, step_figures
+from envhub.trainer.async_rollouts import (
+    AsyncRollouts,
+    RolloutsFailed,
+    Taken,
+    lag_spans,
+    mark_stale,
+    stale_figures,
+    step_figures,
+)
 from envhub.trainer.batch import TrainingSample
+from envhub.trainer.checkpoint import TrainingError
 from envhub.trainer.config import TrainConfig
 from envhub.trainer.loop import Trainer
-from envhub.trainer.preflight import PreflightError
 from envhub.trainer.telemetry import StepTimer
 from envhub.types import TrajectoryRecord
 
 
 class AsyncTrainer(Trainer):
-    """A :class:`~envhub.trainer.loop.Trainer` whose steps train on the rollout buffer's groups. Refused
-    before any model loads: several ranks (not supported yet). With ``resume``, the producer takes up
-    the latest checkpoint's groups (:func:`~envhub.trainer.async_resume.resume_groups`)."""
+    """A :class:`~envhub.trainer.loop.Trainer` whose steps train on the rollout buffer's groups. With
+    ``resume``, the producer takes up the latest checkpoint's groups
+    (:func:`~envhub.trainer.async_resume.resume_groups`). Under several ranks, rank 0 owns the producer,
+    the buffer and its files (see the module docstring); the other ranks hold none of them."""
 
     def __init__(self, config: TrainConfig, *, resume: bool = False, dist: fsdp.DistInfo | None = None,
                  log: Callable[[str], None] | None = None) -> None:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 or (dist is not None and dist.distributed):
-            raise PreflightError("rollout.mode async runs in one process only yet: run it without torchrun")
         self.producer: AsyncRollouts | None = None
+        self.buffer: async_resume.BufferLog | None = None  # rank 0's
+        self.resumed: async_resume.Resumed | None = None  # rank 0's
         self._taken: Taken | None = None
         self._stale: dict[str, float] = {}
         self._stopped: dict[str, Any] | None = None  # the producer's snapshot once it stopped
         self._aborted_seen = 0  # the SGLang engine's aborted (and reissued) requests at the last record
         super().__init__(config, resume=resume, dist=dist, log=log)
+        failed: BaseException | None = None
         try:
-            self.buffer = async_resume.BufferLog(self.files)
-            r = config.rollout
-            self.resumed = async_resume.resume_groups(
-                self.files, ckpt.latest_checkpoint(self.run_dir) if resume else None, step=self.state.step,
-                cursor=self.state.cursor, version=int(self.state.weight_version), max_staleness=r.max_staleness,
-                drop=r.stale_samples == "drop")
+            if self.dist.is_main:  # one buffer per run: only rank 0 reads or writes its files
+                self.buffer = async_resume.BufferLog(self.files)
+                r = config.rollout
+                self.resumed = async_resume.resume_groups(
+                    self.files, ckpt.latest_checkpoint(self.run_dir) if resume else None, step=self.state.step,
+                    cursor=self.state.cursor, version=int(self.state.weight_version),
+                    max_staleness=r.max_staleness, drop=r.stale_samples == "drop")
+        except BaseException as exc:
+            failed = exc
+        try:
+            self._agree(failed, "could not take up the rollout buffer")
             if self.models.engine.name == "sglang":
                 # the server samples the trainer's weights under the trainer's version from the first
                 # request on (a fresh run's "0", or a resumed checkpoint's), whatever it was started with
@@ -79,44 +106,106 @@ class AsyncTrainer(Trainer):
         except BaseException:
             self.close()
             raise
-        self._dropped_to_report = len(self.resumed.dropped)
+        self._dropped_to_report = len(self.resumed.dropped) if self.resumed is not None else 0
         if resume:
             self.replay.lines.clear()  # a step trained again forms its batch anew: its own times are its own
-            self.log(async_resume.resume_line(self.resumed))
+            if self.resumed is not None:
+                self.log(async_resume.resume_line(self.resumed))
+
+    def _agree(self, failed: BaseException | None, what: str) -> None:
+        """Raise ``failed`` (rank 0's error) here, and on every other rank a TrainingError saying it (a
+        collective when distributed): no rank waits on a rank 0 that stopped."""
+        if self.dist.distributed:
+            said = [repr(failed) if failed is not None else None]
+            torch_dist.broadcast_object_list(said, src=0)
+            if failed is None and said[0] is not None:
+                raise TrainingError(f"rank 0 {what}: {said[0]}")
+        if failed is not None:
+            raise failed
 
     def rollouts(self, step: int, plans: list[EpisodePlan] | None = None) -> list[TrajectoryRecord]:
-        """The step's batch from the buffer (``plans`` are ignored: the producer plans the groups), kept in
-        ``RUN/rollouts/step-N/``. The producer starts at the first call -- from group 0, or after a resume
-        with the checkpoint's groups and then its ``next_group`` on -- and stops once the last step's batch
-        is taken."""
-        if self.producer is None:
-            r, order = self.config.rollout, sampling.TaskOrder(
-                self.tasks, env_id=self.config.env.id, seed=self.config.seed,
-                group_size=self.config.rollout.group_size, dist=self.dist)
-            self.producer = AsyncRollouts(
-                self.collector, lambda j: order.plans(j, 1), first_group=self.resumed.next_group,
-                groups_per_step=r.groups_per_step, max_staleness=r.max_staleness, buffer_groups=r.buffer_groups,
-                engine=self.models.engine, pending=self.resumed.groups, keep=self.buffer.keep).start()
-        self._taken = self.producer.take()
-        if step >= self.config.steps:
-            self.stop_rollouts()
-        with self.files.step_rollouts(step).store() as store:
-            for record in self._taken.records:
+        """This rank's share of the step's batch from the buffer (``plans`` are ignored: the producer
+        plans the groups; one process: the whole batch), kept in ``RUN/rollouts/step-N/`` (under several
+        ranks, each rank's share in its ``trajectories.rankR.jsonl``). The producer starts at the first
+        call -- from group 0, or after a resume with the checkpoint's groups and then its ``next_group``
+        on -- and stops once the last step's batch is taken."""
+        records = self._take(step)
+        rank = self.dist.rank if self.dist.world_size > 1 else None  # as a synchronous step names it
+        with self.files.step_rollouts(step, rank=rank).store() as store:
+            for record in records:
                 store.append(record.model_dump(mode="json"))
                 self.telemetry.on_episode(record)
-        return self._taken.records
+        return records
+
+    def _take(self, step: int) -> list[TrajectoryRecord]:
+        """Rank 0 takes the batch from its producer (started at the first call); under several ranks it
+        scatters the batch's groups (:func:`split_groups`) and each rank gets its share, or rank 0's
+        producer's failure."""
+        failed: BaseException | None = None
+        if self.dist.is_main:
+            try:
+                if self.producer is None:
+                    self.producer = self._start_producer()
+                self._taken = self.producer.take()
+                if step >= self.config.steps:
+                    self.stop_rollouts()
+            except BaseException as exc:
+                failed = exc
+        if not self.dist.distributed:
+            if failed is not None:
+                raise failed
+            assert self._taken is not None
+            return self._taken.records
+        shares: list[Any] | None = None
+        if self.dist.is_main:
+            if failed is not None:
+                shares = [("failed", repr(failed))] * self.dist.world_size
+            else:
+                assert self._taken is not None
+                shares = [("ok", dataclasses.replace(self._taken, records=part))
+                          for part in split_groups(self._taken.records, self.dist.world_size)]
+        received: list[Any] = [None]
+        torch_dist.scatter_object_list(received, shares, src=0)
+        if failed is not None:
+            raise failed
+        kind, payload = received[0]
+        if kind == "failed":
+            raise RolloutsFailed(f"rank 0's rollout producer failed: {payload}")
+        if not self.dist.is_main:
+            self._taken = payload  # rank 0's figures of the batch, with this rank's records
+        records: list[TrajectoryRecord] = payload.records
+        return records
+
+    def _start_producer(self) -> AsyncRollouts:
+        """Rank 0's producer over every group of the run (its task order plans as one process: group
+        ``j`` is whole, whichever rank trains it)."""
+        assert self.resumed is not None and self.buffer is not None
+        r = self.config.rollout
+        order = sampling.TaskOrder(self.tasks, env_id=self.config.env.id, seed=self.config.seed,
+                                   group_size=r.group_size, dist=fsdp.DistInfo(0, 1, 0, self.dist.device, None))
+        return AsyncRollouts(
+            self.collector, lambda j: order.plans(j, 1), first_group=self.resumed.next_group,
+            groups_per_step=r.groups_per_step, max_staleness=r.max_staleness, buffer_groups=r.buffer_groups,
+            engine=self.models.engine, pending=self.resumed.groups, keep=self.buffer.keep).start()
 
     def oversample(self, step: int, records: list[TrajectoryRecord],
                    classes: list[str]) -> tuple[list[TrajectoryRecord], list[str], dict[str, Any]]:
         """The staleness bound at the trainer's version now (before this step's update):
-        :func:`~envhub.trainer.async_rollouts.mark_stale`; no dynamic sampling."""
+        :func:`~envhub.trainer.async_rollouts.mark_stale` on this rank's share, its figures and the
+        informative groups over the whole batch (every rank's); no dynamic sampling."""
         r, algo = self.config.rollout, self.config.algorithm
-        classes, self._stale = mark_stale(records, classes, trainer_version=self.state.weight_version,
-                                          max_staleness=r.max_staleness, drop=r.stale_samples == "drop",
-                                          excluded=algo.exclude_classes)
-        informative = sampling.informative_groups(records, classes, algo)
+        drop, version = r.stale_samples == "drop", self.state.weight_version
+        classes, self._stale = mark_stale(records, classes, trainer_version=version,
+                                          max_staleness=r.max_staleness, drop=drop, excluded=algo.exclude_classes)
+        informative = len(sampling.informative_groups(records, classes, algo))
+        if self.dist.distributed:
+            pairs = fsdp.all_gather_lists([p for p in lag_spans(records, version) if p is not None], self.dist)
+            summed = fsdp.all_reduce_sum({"informative": informative, "stale": self._stale["async_stale_dropped"]
+                                          + self._stale["async_stale_reweighted"]}, self.dist)
+            self._stale = stale_figures([tuple(p) for p in pairs], int(summed["stale"]), drop=drop)
+            informative = int(summed["informative"])
         return records, classes, {"groups_drawn": r.groups_per_step, "sampling_rounds": 0,
-                                  "informative_groups": len(informative), "surplus_groups": 0}
+                                  "informative_groups": informative, "surplus_groups": 0}
 
     def push_weights(self, update: dict[str, Any]) -> None:
         """The staged push (when the step updated), then admission opens a step further."""
@@ -138,11 +227,15 @@ class AsyncTrainer(Trainer):
 
     def save_checkpoint(self) -> None:
         """The checkpoint, with the producer's state as ``async.json`` (taken between steps: no batch is
-        taken and untrained); before the producer starts, the groups it will take up."""
-        snapshot = (self.producer.snapshot() if self.producer is not None
-                    else self._stopped or self.resumed.snapshot())
-        ckpt.save(self.run_dir, self.state, self.models, self.dist, keep=self.config.keep_checkpoints,
-                  extra={async_resume.ASYNC_FILE: snapshot})
+        taken and untrained); before the producer starts, the groups it will take up. Rank 0's: the other
+        ranks hold no producer (and rank 0 alone writes the checkpoint's files)."""
+        extra = None
+        if self.dist.is_main:
+            assert self.resumed is not None
+            snapshot = (self.producer.snapshot() if self.producer is not None
+                        else self._stopped or self.resumed.snapshot())
+            extra = {async_resume.ASYNC_FILE: snapshot}
+        ckpt.save(self.run_dir, self.state, self.models, self.dist, keep=self.config.keep_checkpoints, extra=extra)
 
     def stop_rollouts(self) -> None:
         """Stop the producer, saying what it had sampled that no step trains (idempotent)."""
@@ -158,5 +251,18 @@ class AsyncTrainer(Trainer):
     def close(self) -> None:
         self.stop_rollouts()
         super().close()
-        if hasattr(self, "buffer"):
+        if getattr(self, "buffer", None) is not None:
             self.buffer.close()
+
+
+def split_groups(records: list[TrajectoryRecord], world_size: int) -> list[list[TrajectoryRecord]]:
+    """A batch's records (whole groups, each group's records together) as ``world_size`` shares: the
+    ``k``-th group of the batch to share ``k % world_size``, as a synchronous step splits its groups
+    (whole groups: advantages are per group)."""
+    groups: dict[str, list[TrajectoryRecord]] = {}
+    for record in records:
+        groups.setdefault(record.group_id, []).append(record)
+    shares: list[list[TrajectoryRecord]] = [[] for _ in range(world_size)]
+    for k, group in enumerate(groups.values()):
+        shares[k % world_size] += group
+    return shares

@@ -257,29 +257,38 @@ def turn_versions(record: TrajectoryRecord) -> tuple[int, int] | None:
     return (versions[0], versions[-1]) if versions else None
 
 
+def lag_spans(records: Sequence[TrajectoryRecord], trainer_version: str) -> list[tuple[int, int] | None]:
+    """Per record, its version lag (``trainer_version`` minus its first turn's version) and the versions
+    it spanned (last turn's minus first's); None for a record without a sampled turn."""
+    return [None if (seen := turn_versions(r)) is None else (int(trainer_version) - seen[0], seen[1] - seen[0])
+            for r in records]
+
+
 def mark_stale(records: Sequence[TrajectoryRecord], classes: Sequence[str], *, trainer_version: str,
                max_staleness: int, drop: bool,
                excluded: Sequence[str]) -> tuple[list[str], dict[str, float]]:
-    """Per sample, its version lag (``trainer_version`` minus its first turn's version) and the versions
-    it spanned (last turn's minus first's). A sample lagging more than ``max_staleness`` that would
-    otherwise be trained (class not in ``excluded``, audit passed) is stale: with ``drop`` its class
-    becomes :data:`~envhub.trainer.samples.STALE` (never trained), otherwise it is kept for the
-    importance-sampling correction. Returns the classes and the figures (lag and span over every
-    sample with a sampled turn, before any drop; counts of stale samples dropped and reweighted)."""
-    out, lags, spans, stale = list(classes), [], [], 0
+    """Per sample, its version lag and the versions it spanned (:func:`lag_spans`). A sample lagging
+    more than ``max_staleness`` that would otherwise be trained (class not in ``excluded``, audit
+    passed) is stale: with ``drop`` its class becomes :data:`~envhub.trainer.samples.STALE` (never
+    trained), otherwise it is kept for the importance-sampling correction. Returns the classes and the
+    figures (:func:`stale_figures`)."""
+    out, stale = list(classes), 0
     skip = {*excluded, AUDIT_FAILED}
-    for i, record in enumerate(records):
-        seen = turn_versions(record)
-        if seen is None:
-            continue
-        lags.append(int(trainer_version) - seen[0])
-        spans.append(seen[1] - seen[0])
-        if lags[-1] > max_staleness and out[i] not in skip:
+    pairs = lag_spans(records, trainer_version)
+    for i, pair in enumerate(pairs):
+        if pair is not None and pair[0] > max_staleness and out[i] not in skip:
             stale += 1
             out[i] = STALE if drop else out[i]
-    return out, {"async_version_lag_mean": _mean(lags), "async_version_lag_max": max(lags, default=0),
-                 "async_versions_spanned_mean": _mean(spans),
-                 "async_stale_dropped": stale if drop else 0, "async_stale_reweighted": 0 if drop else stale}
+    return out, stale_figures([p for p in pairs if p is not None], stale, drop=drop)
+
+
+def stale_figures(pairs: Sequence[tuple[int, int]], stale: int, *, drop: bool) -> dict[str, float]:
+    """The staleness figures of a batch: lag and span (``pairs``, :func:`lag_spans`) over every sample
+    with a sampled turn, before any drop; the ``stale`` samples counted as dropped or reweighted."""
+    lags, spans = [p[0] for p in pairs], [p[1] for p in pairs]
+    return {"async_version_lag_mean": _mean(lags), "async_version_lag_max": max(lags, default=0),
+            "async_versions_spanned_mean": _mean(spans),
+            "async_stale_dropped": stale if drop else 0, "async_stale_reweighted": 0 if drop else stale}
 
 
 def step_figures(taken: Taken, stale: dict[str, float], *, step_seconds: float) -> dict[str, float]:

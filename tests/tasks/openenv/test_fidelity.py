@@ -36,9 +36,9 @@ def _quiet_process_backend() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def honest_url() -> Iterator[str]:
-    # gold exposed: the bridge gets an oracle from the server. The message limit is raised above the
-    # huge action's 1 MB: at the default 1 MiB the server drops the socket (see the report's note)
-    serve = [ENV_ID, "--sandbox", "process", "--expose-gold", "--max-message-bytes", str(4 << 20)]
+    # gold exposed: the bridge gets an oracle from the server. At the server's default 1 MiB message
+    # limit the 1 MB huge action must still be the agent's (the bridge refuses it unsent)
+    serve = [ENV_ID, "--sandbox", "process", "--expose-gold"]
     with serve_in_subprocess(serve) as (base, _proc):
         yield base
 
