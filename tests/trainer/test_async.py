@@ -85,18 +85,6 @@ def test_a_bad_async_config_is_one_line_before_the_model_loads(tmp_path, rollout
     assert not (tmp_path / "run").exists()
 
 
-def test_an_async_run_under_several_ranks_is_refused_in_one_line(tmp_path):
-    """(``--resume`` of an async run is no longer refused: ``test_async_resume.py``.)"""
-    done = subprocess.run([sys.executable, str(TRAIN_SCRIPT),
-                           str(_write_config(tmp_path, _unloadable_model(tmp_path), rollout=_async())), "--resume"],
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2"})
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.splitlines() == ["error: rollout.mode async runs in one process only yet: run it without "
-                                        "torchrun"]
-    assert not (tmp_path / "run").exists()
-
-
 # ---- the engine's snapshot ----------------------------------------------------------------------------
 
 def _load(model_dir):
