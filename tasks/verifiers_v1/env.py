@@ -99,6 +99,10 @@ class VerifiersBridge(Env):
         self._history: list[dict[str, Any]] = []   # the conversation as the harness last sent it
         self._session: str | None = None
         self._dead_sessions: set[str] = set()
+        #: what the bridge answered the harness in the episode, in order (``{"content", "tool_calls"}``)
+        self.answers: list[dict[str, Any]] = []
+        #: how the worker runs the taskset: ``taskset``, ``harness``, ``taskset_args``, ``pythonpath``
+        self.source: dict[str, Any] = {}
         try:
             self._proc = self._start_worker(target, harness, taskset_args or {}, num_tasks)
             ready = self._await_ready(startup_timeout_s)
@@ -107,6 +111,7 @@ class VerifiersBridge(Env):
             raise
         self.verifiers_version = str(ready["verifiers"])
         self.harness = str(ready["harness"])
+        self.source["harness"] = self.harness
         self.executes_code = bool(ready["executes_code"])
         self._task_list: list[dict[str, Any]] = list(ready["tasks"])
 
@@ -124,6 +129,7 @@ class VerifiersBridge(Env):
             taskset, _, version = target.partition("@")
         if not taskset:
             raise ValueError(f"{self.env_id!r} names no taskset (verifiers:MODULE[@VERSION])")
+        self.source = {"taskset": taskset, "taskset_args": taskset_args, "pythonpath": env.get("PYTHONPATH")}
         cmd = [bridge_python(), "-P", str(WORKER), "--taskset", taskset, "--version", version,
                "--harness", harness or "", "--taskset-args", json.dumps(taskset_args),
                "--base-url", self.relay.base_url, "--max-tasks", str(num_tasks)]
@@ -207,11 +213,19 @@ class VerifiersBridge(Env):
     def terminal_tool(self) -> str:
         return ""  # an answer without tool calls ends the episode
 
+    def fidelity_plan(self, episodes: int) -> tuple[Any, Any]:
+        """No oracle (a taskset has no reference actions), and the agreement of the bridge's verdicts
+        with Verifiers' own runner on the same answers: :func:`.fidelity.agreement_check`."""
+        from .fidelity import agreement_check
+
+        return None, [agreement_check(episodes)]
+
     def setup_episode(self, episode: Episode) -> None:
         """Start the Verifiers episode; the harness's first request is the opening observation."""
         self._stop_running()
         self._episodes += 1
         self._running, self._session, self._history = self._episodes, None, []
+        self.answers = []
         index = self.tasks.index_of(episode.task.task_id)
         self._send({"op": "run", "episode": self._running, "index": index})
         event = self._next(self._running, self.turn_timeout_s)
@@ -245,6 +259,7 @@ class VerifiersBridge(Env):
         content = _reply_content(action.text, parsed_calls=bool(calls) and action.tool_calls is None)
         call.answer(content, calls, finish_reason="length" if turn.finish_reason == "length" else None)
         self._history.append(_assistant(content, calls))
+        self.answers.append({"content": content, "tool_calls": [c.model_dump() for c in calls]})
         event = self._next(self._running, self.turn_timeout_s)
         if event is None:  # the harness went quiet after the agent's turn: the agent's wall time
             self._finish(Outcome.BUDGET_EXHAUSTED, f"the harness sent nothing for {self.turn_timeout_s:.0f} s")

@@ -170,3 +170,31 @@ def test_a_taskset_that_does_not_load_fails_make_in_one_line(tmp_path):
     (broken / "__init__.py").write_text("raise ImportError('no such dataset')\n")
     with pytest.raises(Exception, match="no such dataset"):
         envhub.make(f"verifiers:{broken}", startup_timeout_s=120)
+
+
+def _verify(env_id: str, *args: str) -> tuple[int, dict]:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "envhub.cli", "verify", env_id, *args, "--json"],
+                          capture_output=True, text=True, timeout=1200)
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_verify_prints_the_fidelity_table_with_agreement_against_vf_eval():
+    code, report = _verify(ADD, "--tasks", "add-1", "--episodes", "3")
+    rows = {r["check"]: r for r in report["tasks"]["add-1"]}
+    assert code == 0 and report["fail"] == 0, report
+    assert rows["oracle"]["status"] == "skip" and rows["empty_answer"]["status"] == "pass"
+    agreement = {k: r for k, r in rows.items() if k.startswith("agreement:")}
+    assert set(agreement) == {"agreement:empty_answer", "agreement:guess", "agreement:tool_then_guess"}
+    assert all(r["status"] == "pass" for r in agreement.values())
+    # the replayed tool call and answer earn vf-eval's success, the bridge's too
+    assert agreement["agreement:tool_then_guess"]["expected"] == "vf-eval: success, reward 1"
+
+
+def test_a_taskset_that_grades_the_same_answers_differently_fails_agreement():
+    code, report = _verify(f"verifiers:{TASKSETS / 'process_reward'}", "--tasks", "p-0", "--episodes", "1")
+    agreement = [r for r in report["tasks"]["p-0"] if r["check"].startswith("agreement:")]
+    assert code == 1 and agreement and all(r["status"] == "fail" for r in agreement), agreement
