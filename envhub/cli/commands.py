@@ -12,6 +12,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from envhub.cli.common import (
+    check_policy_fits,
     checked_env_kwargs,
     console,
     env_spec,
@@ -175,13 +176,19 @@ app = typer.Typer(cls=_LazyGroup, no_args_is_help=True, add_completion=False,
 tasks_app = typer.Typer(no_args_is_help=True, help="task sets: export to other harnesses")
 app.add_typer(tasks_app, name="tasks")
 @app.command("list")
-def list_cmd() -> None:
-    """Registered envs, their task counts per split, and what sandbox they need."""
+def list_cmd(
+    env_ids: Annotated[list[str] | None, typer.Argument(
+        help="envs to list, registered or bridged (openenv:URL, verifiers:MODULE); default: every registered one")] = None,
+) -> None:
+    """Registered envs (or the ones named), their task counts per split, and what sandbox they need."""
     from envhub.cli.task_counts import task_counts
-    from envhub.registry import list_envs
+    from envhub.registry import UnknownEnvError, get_spec, list_envs
 
     table = Table("env", "train", "validation", "test", "sandbox", "description")
-    specs = list_envs()
+    try:
+        specs = [get_spec(e) for e in env_ids] if env_ids else list_envs()
+    except UnknownEnvError as exc:
+        raise fail(str(exc)) from None
     counts = task_counts(specs)
     for spec in specs:
         row = counts[spec.env_id]
@@ -241,6 +248,7 @@ def rollout(
         env_factory = remote_env_factory(remote, token)
     else:
         env_spec(env_id)
+        check_policy_fits(env_id, policy)
     try:
         pol = make_policy(policy) if backend == "local" else None  # a Ray backend makes it in its workers
     except (ValueError, ImportError) as exc:

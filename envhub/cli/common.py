@@ -52,6 +52,16 @@ def env_spec(env_id: str) -> Any:
         raise fail(str(exc)) from None
 
 
+def check_policy_fits(env_id: str, policy: str) -> None:
+    """Exit 2 when ``policy`` cannot play ``env_id`` at all: ``gold`` on a hosted env (a bridged id),
+    which has no reference solution -- every episode would fail, and not through the env's fault."""
+    from envhub.registry import is_bridged
+
+    if policy == "gold" and is_bridged(env_id):
+        raise fail(f"{env_id} is hosted from another hub and has no reference solution for --policy gold; "
+                   "choose noop, random, hf:PATH or sglang:URL")
+
+
 def checked_env_kwargs(env_id: str, pairs: list[str] | None, **given: Any) -> dict[str, Any]:
     """``given`` (what the command's own options pass to the env) plus the ``--env-arg`` pairs;
     exit 2 naming the env's accepted arguments when one of them is not one."""

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from envhub.cli.common import checked_env_kwargs, fail
+from envhub.cli.common import check_policy_fits, checked_env_kwargs, fail
 from envhub.rollout.profile import run_profile
 
 
@@ -31,6 +31,7 @@ def profile_command(
 
     try:
         env_kwargs = checked_env_kwargs(env_id, env_arg, sandbox=sandbox)
+        check_policy_fits(env_id, policy)
         pol = make_policy(policy)
         profile = run_profile(env_id, pol, out_dir=out, k=k, split=split, limit=limit, seed=seed,
                               concurrency=concurrency, env_kwargs=env_kwargs)

@@ -46,7 +46,12 @@ def task_counts(specs: list[EnvSpec]) -> dict[str, list[int] | str]:
     cached = _read_cache() if use_cache else {}
     fresh: dict[str, Any] = {}
     out: dict[str, list[int] | str] = {}
+    from envhub.registry import is_bridged
+
     for spec in specs:
+        if is_bridged(spec.env_id):  # a hosted source may change under the same id: never cached
+            out[spec.env_id] = _count_bridged(spec)
+            continue
         try:
             env = spec.load()(**spec.kwargs)
             try:
@@ -66,6 +71,17 @@ def task_counts(specs: list[EnvSpec]) -> dict[str, list[int] | str]:
     if use_cache and fresh != {k: cached.get(k) for k in fresh}:
         _write_cache({**cached, **fresh})
     return out
+
+
+def _count_bridged(spec: EnvSpec) -> list[int] | str:
+    try:
+        env = spec.load()(**spec.kwargs)
+        try:
+            return [len(env.tasks.task_ids(s)) for s in SPLITS]
+        finally:
+            env.close()
+    except Exception as exc:
+        return repr(exc)
 
 
 def fingerprint(env: Any, spec: EnvSpec) -> str:

@@ -51,9 +51,12 @@ def verdict_of(trace: dict[str, Any], *, acted: bool, success_reward: float) -> 
         if kind in PLUMBING or not acted:
             return Verdict(reward=0.0, outcome=Outcome.ENV_ERROR, detail=detail)
         return Verdict(reward=0.0, outcome=Outcome.WRONG_ANSWER, detail=f"after the agent's turns: {detail}")
-    if trace.get("is_truncated") or trace.get("stop_condition") in _TRUNCATED_STOPS:
+    if trace.get("stop_condition") in _TRUNCATED_STOPS:
         return Verdict(reward=0.0, outcome=Outcome.BUDGET_EXHAUSTED,
-                       detail=f"Verifiers stopped the episode: {trace.get('stop_condition') or 'length'}")
+                       detail=f"Verifiers stopped the episode: {trace.get('stop_condition')}")
+    if trace.get("is_truncated"):  # Verifiers' rule: a last turn cut at the token limit is no answer
+        return Verdict(reward=0.0, outcome=Outcome.BUDGET_EXHAUSTED,
+                       detail="the model's last turn was cut at its token limit (Verifiers counts it truncated)")
     reward = trace.get("reward")
     rewards = trace.get("rewards") or {}
     layer = LayerResult(layer="correctness", name="verifiers", score=0.0, passed=False,

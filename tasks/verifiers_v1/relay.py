@@ -61,9 +61,12 @@ class Relay:
                     status, payload = call._reply.get(timeout=answer_timeout_s)
                 except queue.Empty:
                     status, payload = 504, {"error": {"message": "the policy did not answer", "type": "timeout"}}
-                if status == 200 and body.get("stream"):
-                    return self._stream(payload)
-                self._send(status, payload)
+                try:
+                    if status == 200 and body.get("stream"):
+                        return self._stream(payload)
+                    self._send(status, payload)
+                except (BrokenPipeError, ConnectionResetError):  # the harness hung up (its episode ended)
+                    return
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()

@@ -296,6 +296,23 @@ def test_the_cli_rolls_out_an_openenv_id(url: str, tmp_path):
     assert all(r["outcome"] == "format_error" for r in records)  # the floor, never infra
 
 
+def test_list_counts_a_bridged_ids_tasks_and_gold_is_refused_in_one_line(url: str):
+    listed = subprocess.run([sys.executable, "-m", "envhub.cli", "list", f"openenv:{url}"], capture_output=True,
+                            text=True, timeout=120)
+    ids = envhub.make(f"openenv:{url}")
+    try:
+        counts = [len(ids.tasks.task_ids(s)) for s in ("train", "validation", "test")]
+    finally:
+        ids.close()
+    cells = [c.strip() for c in listed.stdout.replace("┃", "│").split("│")]
+    assert listed.returncode == 0 and " ".join(map(str, counts)) in " ".join(cells), listed.stdout
+    for command in (["profile", f"openenv:{url}", "--out", "/tmp/envhub-never-written"],
+                    ["rollout", f"openenv:{url}", "--out", "/tmp/envhub-never-written"]):
+        done = subprocess.run([sys.executable, "-m", "envhub.cli", *command], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2 and "no reference solution for --policy gold" in done.stderr, done.stderr
+
+
 def test_a_bridge_registered_at_run_time_makes_its_ids():
     from envhub import registry
 
