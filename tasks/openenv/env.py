@@ -44,6 +44,7 @@ from envhub.parsing import ToolCallParser
 from envhub.tools import ToolDef
 from envhub.types import Action, Message, Outcome, Task, ToolSpec, Verdict
 
+from .container import PackageContainer
 from .hosted_tasks import HostedTasks
 from .package import PackageServer, is_package
 from .session import ActionEndedSession, ActionRejected, OpenEnvSession, ServerFault
@@ -80,6 +81,8 @@ class OpenEnvBridge(Env):
         success_reward: the reward at or above which a done episode is a ``success``.
         headers: extra HTTP headers (say ``Authorization``) for every request.
         timeout_s: how long one reply may take before the episode ends as ``env_error``.
+        docker: run a package directory from its Dockerfile (:mod:`.container`) instead of in this
+            interpreter.
         max_action_bytes: the largest step the bridge sends; a larger one is the agent's tool error
             (a server closes the session on a message over its limit).
         split, budget, parser: as :class:`~envhub.env.Env`'s; ``sandbox`` and ``sandbox_pool`` are
@@ -98,14 +101,19 @@ class OpenEnvBridge(Env):
     def __init__(self, url: str, *, mode: str = "auto", task_ids: list[str] | None = None,
                  num_tasks: int = 1000, terminal_tool: str | None = None, action_tool: str = "act",
                  success_reward: float = 1.0, headers: dict[str, str] | None = None,
-                 timeout_s: float = 300.0, max_action_bytes: int = 512 * 1024, split: str = "train",
+                 timeout_s: float = 300.0, max_action_bytes: int = 512 * 1024, docker: bool = False,
+                 split: str = "train",
                  budget: Budget | dict[str, Any] | None = None,
                  parser: str | ToolCallParser = "default", sandbox: str = "auto", sandbox_pool: int = 8) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         super().__init__(split=split, budget=budget, parser=parser, sandbox=sandbox, sandbox_pool=sandbox_pool)
         #: the server this env started from a package directory (None for a URL)
-        self.package: PackageServer | None = PackageServer(url) if is_package(url) else None
+        self.package: PackageServer | PackageContainer | None = None
+        if is_package(url):
+            self.package = PackageContainer(url) if docker else PackageServer(url)
+        elif docker:
+            raise ValueError(f"docker=True runs an OpenEnv package directory; {url!r} is none")
         self.reward_range = self.package.reward_range if self.package is not None else None
         try:
             self.session = OpenEnvSession(self.package.url if self.package is not None else url,

@@ -10,8 +10,9 @@ with ``PR_SET_PDEATHSIG`` = SIGKILL from envhub's process-lifetime spawner threa
 The manifest's ``validation.reward.range`` is read as :attr:`PackageServer.reward_range`: a reward
 outside it is the foreign grader's fault (``verifier_error``).
 
-Not here yet: the package's own ``server`` script or an environment made for its dependencies,
-and its Dockerfile (the server runs with the packages of this interpreter).
+The server runs with the packages of this interpreter; its Dockerfile is the other way to run a
+package (:mod:`.container`). Not here: the package's own ``server`` script in an environment made
+for its dependencies.
 """
 
 from __future__ import annotations
@@ -52,15 +53,19 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return data
 
 
+def reward_range_of(manifest: dict[str, Any]) -> tuple[float, float] | None:
+    """The manifest's ``validation.reward.range`` (a reward outside it is ``verifier_error``)."""
+    reward = ((manifest.get("validation") or {}).get("reward") or {}).get("range")
+    return (float(reward[0]), float(reward[1])) if isinstance(reward, list) and len(reward) == 2 else None
+
+
 class PackageServer:
     """One running server of an OpenEnv package directory (see the module docstring)."""
 
     def __init__(self, directory: str | Path, *, startup_timeout_s: float = 120.0) -> None:
         self.directory = Path(directory).resolve()
         self.manifest = read_manifest(self.directory)
-        reward = ((self.manifest.get("validation") or {}).get("reward") or {}).get("range")
-        self.reward_range: tuple[float, float] | None = (
-            (float(reward[0]), float(reward[1])) if isinstance(reward, list) and len(reward) == 2 else None)
+        self.reward_range = reward_range_of(self.manifest)
         cmd = [sys.executable, "-m", "uvicorn", self.manifest["app"], "--host", "127.0.0.1", "--port", "0"]
         self.proc: subprocess.Popen[bytes] = popen(
             cmd, cwd=self.directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -114,4 +119,4 @@ class PackageServer:
             proc.stdout.close()
 
 
-__all__ = ["MANIFEST", "PackageServer", "is_package", "read_manifest"]
+__all__ = ["MANIFEST", "PackageServer", "is_package", "read_manifest", "reward_range_of"]
