@@ -125,7 +125,8 @@ def fixture_training_run(run_dir: Path, *, asynchronous: bool, steps: int = 4) -
                         async_buffer_wait_s_max=0.5 * step, async_version_lag_mean=sum(lags) / len(lags),
                         async_version_lag_max=max(lags), async_versions_spanned_mean=sum(lags) / len(lags),
                         async_trainer_idle_ratio=0.4 / step, async_rollout_idle_ratio=0.1 * step,
-                        async_stale_dropped=sum(lag > MAX_STALENESS for lag in lags), async_stale_reweighted=0)
+                        async_stale_dropped=sum(lag > MAX_STALENESS for lag in lags), async_stale_reweighted=0,
+                        async_resume_dropped_groups=0, sglang_requests_reissued=step - 1)  # as with SGLang
         lines.append(line)
     write_text_atomic(run.steps_path, "".join(json.dumps(line) + "\n" for line in lines))
     return lines

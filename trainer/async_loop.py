@@ -221,8 +221,8 @@ class AsyncTrainer(Trainer):
         aborted = getattr(self.models.engine, "aborted_requests", None)
         if aborted is not None:  # SGLang: requests a push's pause aborted since the last step, each sent again
             line["sglang_requests_reissued"], self._aborted_seen = aborted - self._aborted_seen, aborted
-        if self._dropped_to_report:  # the first step after a resume that dropped stale groups
-            line["async_resume_dropped_groups"], self._dropped_to_report = self._dropped_to_report, 0
+        # the first step after a resume that dropped stale groups says how many; every other step 0
+        line["async_resume_dropped_groups"], self._dropped_to_report = self._dropped_to_report, 0
         return line
 
     def save_checkpoint(self) -> None:

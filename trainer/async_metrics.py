@@ -53,6 +53,10 @@ ASYNC_METRICS: tuple[AsyncMetric, ...] = (
                 "samples dropped at the step for exceeding the staleness bound"),
     AsyncMetric("async_stale_reweighted", "envhub_train_async_stale_reweighted",
                 "samples over the staleness bound kept at the step for the importance-sampling correction"),
+    AsyncMetric("async_resume_dropped_groups", "envhub_train_async_resume_dropped_groups",
+                "buffered groups a resume dropped for exceeding the staleness bound at the resumed version"),
+    AsyncMetric("sglang_requests_reissued", "envhub_train_async_sglang_requests_reissued",
+                "SGLang requests a weight push's pause aborted and the trainer sent again"),
 )
 ASYNC_KEYS: tuple[str, ...] = tuple(m.key for m in ASYNC_METRICS)
 

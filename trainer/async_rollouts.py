@@ -56,6 +56,9 @@ STEP_KEYS = ("async_queue_groups", "async_buffer_wait_s_mean", "async_buffer_wai
              "async_version_lag_mean", "async_version_lag_max", "async_versions_spanned_mean",
              "async_trainer_idle_ratio", "async_rollout_idle_ratio", "async_stale_dropped",
              "async_stale_reweighted")
+#: what the loop adds to a step's line: always the groups a resume dropped (0 but at the first step
+#: after it), and with an engine paused at pushes (SGLang) the requests it sent again
+LOOP_KEYS = ("async_resume_dropped_groups", "sglang_requests_reissued")
 
 
 class RolloutsFailed(TrainingError):

@@ -308,10 +308,15 @@ def _async(data: TrainingData, plots: dict[str, str]) -> str:
 def _stale_counts(data: TrainingData) -> str:
     """The samples over the staleness bound, dropped and reweighted, over the run (as recorded)."""
     kinds = {"async_stale_dropped": ("stale-dropped", "dropped"),
-             "async_stale_reweighted": ("stale-reweighted", "kept and reweighted")}
+             "async_stale_reweighted": ("stale-reweighted", "kept and reweighted"),
+             "async_resume_dropped_groups": ("resume-dropped", "buffered groups dropped at resume")}
     counts = [f'<span id="async-{anchor}">{_total(data, key):.0f}</span> {what}'
               for key, (anchor, what) in kinds.items() if data.has(key)]
-    return f"<p>Samples over the staleness bound, summed over steps: {', '.join(counts)}.</p>" if counts else ""
+    out = f"<p>Samples over the staleness bound, summed over steps: {', '.join(counts)}.</p>" if counts else ""
+    if data.has("sglang_requests_reissued"):
+        out += (f'<p>SGLang requests aborted by a weight push\'s pause and sent again: <span id="async-reissued">'
+                f'{_total(data, "sglang_requests_reissued"):.0f}</span>.</p>')
+    return out
 
 
 def _staleness(data: TrainingData, plots: dict[str, str]) -> str:

@@ -95,6 +95,6 @@ def test_async_keys_reach_prometheus_and_the_trackers_only_from_an_async_run(tmp
 
 
 def test_every_key_the_async_loop_records_has_its_sinks():
-    from envhub.trainer.async_rollouts import STEP_KEYS
+    from envhub.trainer.async_rollouts import LOOP_KEYS, STEP_KEYS
 
-    assert sorted(m.key for m in ASYNC_METRICS) == sorted(STEP_KEYS)
+    assert sorted(m.key for m in ASYNC_METRICS) == sorted(STEP_KEYS + LOOP_KEYS)
