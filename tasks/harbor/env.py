@@ -1,0 +1,208 @@
+"""``envhub.make("harbor:DIR")``: Harbor tasks as an envhub env.
+
+``DIR`` is one Harbor task directory or a directory of them (:mod:`.task_dir`: ``task.toml``
+schema up to 1.4, ids and splits). :class:`HarborBridge` is an :class:`~envhub.env.Env` (parsing,
+budgets, format errors, the episode record and metrics are envhub's own):
+
+- **reset** builds the task's ``environment/Dockerfile`` offline (cached by a hash of the
+  environment directory; :func:`.container.ensure_image`) and starts one container for the
+  episode with the task's cpus, memory and network (:class:`.container.Container`). A build that
+  fails, or a container that will not start, ends the episode at reset as ``env_error``.
+- the prompt is ``instruction.md``; the tools are ``bash`` (a command in the container as
+  ``[agent] user``, under a timeout, output clipped) and ``submit`` (no arguments; terminal).
+- the agent's wall time is ``[agent] timeout_sec`` where the task sets it (else the budget's
+  ``max_agent_seconds``), counted from when the container is up: past it the episode ends as
+  ``budget_exhausted``, and no command runs past it.
+- **submit** grades as Harbor does, in the same container (:mod:`.grade`): ``tests/`` copied in
+  only then, ``test.sh`` as ``[verifier] user``, the reward from ``/logs/verifier``. ``success``
+  at reward >= 1.0, else ``wrong_answer``; nothing the agent does can make an infra outcome.
+- **gold** (:meth:`HarborBridge.gold_actions`): ``solution/`` shipped in through the ``bash``
+  tool (a base64 tarball in the command) and ``solve.sh`` run, then ``submit``; the noop submits
+  at once.
+
+The container is removed after grading, at the next reset and at ``close``; one left behind by
+a dead process carries envhub's owner labels, which ``envhub``'s leftover cleanup removes.
+
+Not supported yet: ``[verifier] environment_mode = "separate"`` (refused when the env is made),
+network allowlists (such a task gets no network), ``storage_mb`` and ``gpus`` (not enforced),
+multi-container tasks (``docker-compose.yaml``), healthchecks, MCP servers, ``${VAR}`` templates
+in ``env`` tables (passed literally), and pulling a ``docker_image`` (only local images are used).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import shlex
+import tarfile
+import time
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from envhub.budget import Budget
+from envhub.env import Env
+from envhub.episode import Episode
+from envhub.errors import InfraError, ToolError
+from envhub.parsing import ToolCallParser, format_tool_call
+from envhub.tools import tool
+from envhub.types import Action, Task
+
+from .container import Container, ensure_image
+from .grade import ACTED, HarborVerifier
+from .task_dir import HarborTasks
+
+PREFIX = "harbor:"
+SYSTEM_PROMPT = (
+    "You are an agent working in a Linux container through the `bash` tool: each call runs one "
+    "command with `bash -c` and answers with its exit status and output. Do the task below in "
+    "the container. When you are done, call `submit` (no arguments): it ends the episode, and "
+    "the task's tests grade the container's state."
+)
+
+
+class HarborBridge(Env):
+    """Harbor task directories as an envhub env. See the module docstring.
+
+    Args:
+        directory: a Harbor task directory, or a directory of them.
+        task_ids: keep only these tasks of the set.
+        success_reward: the reward at or above which an episode is a ``success``.
+        command_timeout_s: the longest one ``bash`` call may run, whatever it asks for.
+        max_output_bytes: how much of one command's output is kept (then clipped to the
+            budget's ``max_observation_chars``).
+        split, budget, parser: as :class:`~envhub.env.Env`'s; ``sandbox`` and ``sandbox_pool`` are
+            taken (every env takes them) but unused: the task's own image runs the tools.
+
+    Raises:
+        ValueError: ``directory`` holds no valid Harbor task, or a task needs what the bridge
+            cannot run yet (``[verifier] environment_mode = "separate"``).
+    """
+
+    family: ClassVar[str] = "harbor"
+    version: ClassVar[str] = "0"
+    default_budget: ClassVar[Budget] = Budget(max_turns=64, max_tool_calls=128, max_agent_seconds=900.0,
+                                              max_action_chars=1024 * 1024, max_observation_chars=16_384)
+    needs_isolation: ClassVar[bool] = False
+
+    def __init__(self, directory: str, *, task_ids: list[str] | None = None, success_reward: float = 1.0,
+                 command_timeout_s: float = 600.0, max_output_bytes: int = 64 * 1024, split: str = "train",
+                 budget: Budget | dict[str, Any] | None = None, parser: str | ToolCallParser = "default",
+                 sandbox: str = "auto", sandbox_pool: int = 8) -> None:
+        super().__init__(split=split, budget=budget, parser=parser, sandbox=sandbox, sandbox_pool=sandbox_pool)
+        self.source = HarborTasks(directory, task_ids=task_ids)
+        separate = [tid for tid, t in self.source.tasks.items()
+                    if (t.config.verifier.environment_mode or "shared") != "shared"]
+        if separate:
+            raise ValueError(f"tasks {separate} grade in a separate environment "
+                             "([verifier] environment_mode), which the harbor bridge does not run yet")
+        self.env_id = PREFIX + str(self.source.root)  # type: ignore[misc]
+        self.success_reward = success_reward
+        self.command_timeout_s = command_timeout_s
+        self.max_output_bytes = max_output_bytes
+        self.container: Container | None = None
+        self._deadline = 0.0
+
+    # ---- Env hooks ----------------------------------------------------------------------------
+
+    def load_tasks(self) -> HarborTasks:
+        return self.source
+
+    def system_prompt(self, task: Task) -> str:
+        return SYSTEM_PROMPT
+
+    def episode_budget(self, task: Task) -> Budget:
+        """The budget, with ``[agent] timeout_sec`` as the agent's wall time where the task sets it."""
+        timeout = self.source.harbor_task(task.task_id).config.agent.timeout_sec
+        return self.budget if timeout is None else replace(self.budget, max_agent_seconds=float(timeout))
+
+    def make_verifier(self) -> Any:
+        raise NotImplementedError("each episode is graded in its own container: see verifier_for")
+
+    def verifier_for(self, episode: Episode) -> HarborVerifier:
+        return HarborVerifier(self.container, self.source.harbor_task(episode.task.task_id),
+                              success_reward=self.success_reward)
+
+    def setup_episode(self, episode: Episode) -> None:
+        """Build (or reuse) the task's image and start its container. The agent's clock starts once
+        it is up: the time spent here is added to the episode's ``max_agent_seconds``."""
+        self._remove_container()
+        task = self.source.harbor_task(episode.task.task_id)
+        self.container = Container(ensure_image(task), task)
+        spent = time.monotonic() - episode.started
+        episode.budget = replace(episode.budget, max_agent_seconds=episode.budget.max_agent_seconds + spent)
+        self._deadline = episode.started + episode.budget.max_agent_seconds
+        episode.scratch[ACTED] = False
+
+    def gold_actions(self, task: Task) -> list[Action]:
+        """The oracle: ``solution/`` unpacked in the container (``/solution`` where the agent's user
+        may write it, else a fresh temporary directory) and ``solve.sh`` run with ``[solution] env``
+        through ``bash``; then ``submit``."""
+        harbor = self.source.harbor_task(task.task_id)
+        if not (harbor.solution_dir / "solve.sh").is_file():
+            raise NotImplementedError(f"task {task.task_id} has no solution/solve.sh")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            tar.add(harbor.solution_dir, arcname=".")
+        packed = base64.b64encode(buffer.getvalue()).decode()
+        env = " ".join(shlex.quote(f"{k}={v}") for k, v in harbor.config.solution.env.items())
+        command = ('d=/solution; { mkdir -p "$d" && [ -w "$d" ]; } 2>/dev/null || d=$(mktemp -d); '
+                   f"printf %s {packed} | base64 -d | tar -xzf - -C \"$d\" && "
+                   f'env {env} bash "$d/solve.sh"')
+        seconds = max(1, int(min(self.episode_budget(task).max_agent_seconds, self.command_timeout_s)))
+        return [Action(text=format_tool_call("bash", {"command": command, "timeout_s": seconds})),
+                Action(text=format_tool_call("submit", {}))]
+
+    def close(self) -> None:
+        """End the episode and remove its container."""
+        super().close()
+        self._remove_container()
+
+    # ---- tools --------------------------------------------------------------------------------
+
+    @tool
+    def bash(self, command: str, timeout_s: int = 120) -> str:
+        """Run a command with `bash -c` in the task's container; answers its exit status and output.
+
+        Args:
+            command: the command line.
+            timeout_s: seconds it may run (capped by the time the agent has left).
+        """
+        episode = self._require_episode()
+        container = self.container
+        if container is None:
+            raise InfraError("the episode has no container")
+        if timeout_s < 1:
+            raise ToolError("timeout_s must be at least 1")
+        left = self._deadline - time.monotonic()
+        if left < 1:
+            raise ToolError("the agent's time is used up")
+        seconds = min(float(timeout_s), left, self.command_timeout_s)
+        if not episode.scratch.get(ACTED):
+            if not container.running():  # nothing of the agent's has run yet: not its doing
+                raise InfraError("the task's container is gone before the agent's first command")
+            episode.scratch[ACTED] = True
+        user = self.source.harbor_task(episode.task.task_id).config.agent.user
+        ran = container.exec(command, user=user, timeout_s=seconds, limit=self.max_output_bytes)
+        text = ran.output.decode("utf-8", "replace")
+        clipped = (f"; output clipped: the first {len(ran.output)} of {ran.total_bytes} bytes"
+                   if ran.total_bytes > len(ran.output) else "")
+        if ran.timed_out:
+            return f"[timed out after {seconds:.0f}s{clipped}]\n{text}"
+        if ran.rc != 0 and not container.running():
+            raise ToolError(f"the container is gone (exit {ran.rc}): {text[-500:]}")
+        return f"[exit {ran.rc}{clipped}]\n{text}"
+
+    @tool(terminal=True)
+    def submit(self) -> str:
+        """Finish: the task's tests grade the container as it is now. Ends the episode."""
+        return ""
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _remove_container(self) -> None:
+        if self.container is not None:
+            self.container.remove()
+            self.container = None
+
+
+__all__ = ["PREFIX", "SYSTEM_PROMPT", "HarborBridge"]

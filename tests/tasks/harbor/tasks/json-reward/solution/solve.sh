@@ -1,0 +1,2 @@
+#!/bin/bash
+printf 'a\nb\nc\n' > /work/lines.txt
