@@ -256,6 +256,20 @@ def test_an_openenv_mcp_environment_plays_through_its_tools(guess_url: str):
         assert floor.reward == 0.0 and floor.outcome is Outcome.BUDGET_EXHAUSTED
 
 
+def test_a_typed_env_whose_step_raises_on_the_action_is_the_agents_tool_error():
+    """OpenEnv answers a step whose env code raised with an error frame; the action provoked it, so
+    it is the agent's tool error, the episode goes on, and the server's reward still decides."""
+    with serve_command_in_subprocess(_uvicorn("fragile_typed_app:app"), cwd=HERE) as (base, _proc), \
+            envhub.make("openenv:" + base, task_ids=["seed-1"]) as env:
+        assert env.mode == "typed" and [t.name for t in env.tool_specs] == ["act"]
+        env.reset(task_id="seed-1")
+        obs = env.step(_call("act", message="crash"))
+        assert not obs.done and obs.messages[0].content.startswith("Error"), obs.messages
+        assert '"length": 5' in env.step(_call("act", message="hello")).messages[0].content
+        obs = env.step(_call("act", message="done"))
+        assert obs.done and obs.reward == 1.0 and obs.outcome is Outcome.SUCCESS
+
+
 @pytest.mark.slow
 def test_an_openenv_scaffolded_typed_env_is_one_tool(tmp_path):
     """The package ``openenv init`` generates (a typed ``message`` action, a reward per step, never
