@@ -9,7 +9,9 @@ them:
   never failed;
 - ``nothing_done`` -- turns that call no tool -- and ``empty_answer`` -- the terminal tool called
   with empty arguments, turn after turn (the noop policy) -- must earn the bottom of the range,
-  never a ``success`` and never an infrastructure outcome: the floor;
+  never a ``success`` and never an infrastructure outcome: the floor; and doing nothing must earn
+  no more than the empty answer (``floor_order``: where the source's floor is below the reward the
+  bridge gives its own verdicts, an agent would be paid for saying nothing);
 - ``huge_action`` -- a 1 MB message, then every tool called with a 1 MB string argument --,
   ``malformed`` -- an unknown tool, a call that is no JSON or no JSON object, garbage -- and
   ``wrong_types`` -- every tool called with arguments of the wrong JSON types -- must end in no
@@ -130,8 +132,17 @@ def run_fidelity(env: EpisodeEnv, task_ids: Sequence[str], *, oracle: Oracle = d
 
     for task_id in task_ids:
         add(_oracle_check(env, task_id, oracle, high))
-        add(_floor_check(env, task_id, "nothing_done", low, lambda _env, _obs: _repeat(Action(text=""))))
-        add(_floor_check(env, task_id, "empty_answer", low, lambda e, obs: _repeat(empty_answer(e, obs))))
+        nothing, nothing_reward = _floor_check(env, task_id, "nothing_done", low,
+                                               lambda _env, _obs: _repeat(Action(text="")))
+        empty, empty_reward = _floor_check(env, task_id, "empty_answer", low,
+                                           lambda e, obs: _repeat(empty_answer(e, obs)))
+        add(nothing)
+        add(empty)
+        if nothing_reward is not None and empty_reward is not None and empty_reward < nothing_reward - _EPS:
+            add(CheckResult(task_id, "floor_order", "doing nothing earns no more than an empty answer",
+                            f"nothing {nothing_reward:g} > empty answer {empty_reward:g}", "fail",
+                            "the source's floor is below the reward of the bridge's own verdicts: an agent is "
+                            "paid for saying nothing (declare the env's reward_range)"))
         add(_robust_check(env, task_id, "huge_action", f"every tool with a {_size(huge_bytes)} argument",
                           lambda e, obs: _huge_actions(e, obs, huge_bytes)))
         add(_robust_check(env, task_id, "malformed", "unknown tool, no JSON, no object, garbage",
@@ -218,13 +229,16 @@ def _oracle_check(env: EpisodeEnv, task_id: str, oracle: Oracle, high: float) ->
                        "" if ok else _why(played))
 
 
-def _floor_check(env: EpisodeEnv, task_id: str, name: str, low: float, script: Script) -> CheckResult:
+def _floor_check(env: EpisodeEnv, task_id: str, name: str, low: float, script: Script
+                 ) -> tuple[CheckResult, float | None]:
+    """The row, and the reward the episode ended with (None: it did not end)."""
     played = play(env, task_id, script)
     last = played.last
     ok = (played.ended and not played.error and last is not None and last.outcome is not None
           and last.outcome is not Outcome.SUCCESS and not last.outcome.is_infra and last.reward <= low + _EPS)
-    return CheckResult(task_id, name, f"reward {low:g}, no success, no infra", played.got(),
-                       "pass" if ok else "fail", "" if ok else _why(played))
+    reward = last.reward if played.ended and not played.error and last is not None else None
+    return (CheckResult(task_id, name, f"reward {low:g}, no success, no infra", played.got(),
+                        "pass" if ok else "fail", "" if ok else _why(played)), reward)
 
 
 def _robust_check(env: EpisodeEnv, task_id: str, name: str, what: str, script: Script) -> CheckResult:

@@ -56,6 +56,8 @@ TRANSPORT_ERRORS = frozenset({"transport_error", "timeout"})
 #: Tool names taken as the terminal tool (what a noop submission calls) when none is named.
 TERMINAL_NAMES = ("answer", "submit", "submit_answer", "final_answer", "finish")
 _PROMPT_FIELDS = ("prompt", "instructions", "question", "text", "message", "content")
+#: string fields of an observation that are no text for the agent
+_NOT_TEXT = frozenset({"done", "reward", "tools", "metadata", "outcome", "error", "episode_id", "type"})
 
 
 class _AnyArguments(BaseModel):
@@ -81,6 +83,9 @@ class OpenEnvBridge(Env):
         success_reward: the reward at or above which a done episode is a ``success``.
         headers: extra HTTP headers (say ``Authorization``) for every request.
         timeout_s: how long one reply may take before the episode ends as ``env_error``.
+        reward_range: the server's rewards, ``(low, high)``: one outside is ``verifier_error``, and
+            ``envhub verify`` checks the floor and the top against it; default: the package's
+            ``validation.reward.range``, else none.
         docker: run a package directory from its Dockerfile (:mod:`.container`) instead of in this
             interpreter.
         max_action_bytes: the largest step the bridge sends; a larger one is the agent's tool error
@@ -102,6 +107,7 @@ class OpenEnvBridge(Env):
                  num_tasks: int = 1000, terminal_tool: str | None = None, action_tool: str = "act",
                  success_reward: float = 1.0, headers: dict[str, str] | None = None,
                  timeout_s: float = 300.0, max_action_bytes: int = 512 * 1024, docker: bool = False,
+                 reward_range: tuple[float, float] | list[float] | None = None,
                  split: str = "train",
                  budget: Budget | dict[str, Any] | None = None,
                  parser: str | ToolCallParser = "default", sandbox: str = "auto", sandbox_pool: int = 8) -> None:
@@ -114,7 +120,9 @@ class OpenEnvBridge(Env):
             self.package = PackageContainer(url) if docker else PackageServer(url)
         elif docker:
             raise ValueError(f"docker=True runs an OpenEnv package directory; {url!r} is none")
-        self.reward_range = self.package.reward_range if self.package is not None else None
+        self.reward_range: tuple[float, float] | None = (
+            (float(reward_range[0]), float(reward_range[1])) if reward_range is not None
+            else self.package.reward_range if self.package is not None else None)
         try:
             self.session = OpenEnvSession(self.package.url if self.package is not None else url,
                                           headers=headers, timeout_s=timeout_s)
@@ -280,6 +288,13 @@ class OpenEnvBridge(Env):
             self._finish(Outcome.SUCCESS, "", self._verdict(reward, obs))
         return text
 
+    def _finish(self, outcome: Outcome, detail: str, verdict: Verdict | None = None) -> None:
+        """envhub's own verdicts (a format error, a spent budget) earn the floor of a declared reward
+        range, not 0: on a server whose floor is below 0, 0 would pay an agent for saying nothing."""
+        if verdict is None and self.reward_range is not None and not outcome.is_infra:
+            verdict = Verdict(reward=self.reward_range[0], outcome=outcome, detail=detail)
+        super()._finish(outcome, detail, verdict)
+
     def _verdict(self, reward: Any, obs: dict[str, Any]) -> Verdict:
         if reward is None:
             reward = 0.0
@@ -318,12 +333,15 @@ def _opening_messages(obs: dict[str, Any]) -> list[Message] | None:
 
 
 def _render(obs: dict[str, Any]) -> str:
-    """An observation as text: its prompt-like field, its messages, else its fields as JSON."""
+    """An observation as text: its prompt-like field (then its other text fields, labelled), its
+    messages, else its fields as JSON."""
     metadata = obs.get("metadata")
     for where in (obs, metadata if isinstance(metadata, dict) else {}):
         for key in _PROMPT_FIELDS:
             if isinstance(where.get(key), str) and where[key]:
-                return str(where[key])
+                others = [f"{k}:\n{v}" for k, v in where.items()  # say, a question's context
+                          if k != key and k not in _NOT_TEXT and isinstance(v, str) and v.strip()]
+                return "\n\n".join([str(where[key]), *others])
     messages = obs.get("messages")
     if isinstance(messages, list) and messages:
         return "\n\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))

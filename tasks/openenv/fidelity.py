@@ -221,6 +221,7 @@ def _compare(env: OpenEnvBridge, task_id: str, name: str, wires: list[Wire], pla
     if played.error or not wires:
         return CheckResult(task_id, check, "same verdicts as GenericEnvClient", played.error or "no request sent",
                            "fail", "the bridge's episode did not run")
+    env.session.disconnect()  # a server takes one session by default: the replay needs the bridge's
     try:
         reference = replay(env.session.base_url, wires, headers=env.session.headers, timeout_s=env.session.timeout_s)
     except Exception as exc:
