@@ -67,6 +67,8 @@ class VerifiersBridge(Env):
         taskset_args: the taskset's config fields (``--env.taskset.*`` in ``vf-eval``).
         num_tasks: how many of the taskset's tasks to list, at most.
         success_reward: the weighted reward at or above which an episode is a ``success``.
+        reward_range: the taskset's weighted rewards, ``(low, high)``: what ``envhub verify`` checks
+            against, and ``low`` is what envhub's own policy verdicts earn (default: 0).
         turn_timeout_s: how long the harness may take between two model requests.
         startup_timeout_s: how long loading the taskset may take.
         split, budget, parser: as :class:`~envhub.env.Env`'s; ``sandbox`` / ``sandbox_pool`` unused.
@@ -81,13 +83,16 @@ class VerifiersBridge(Env):
     needs_isolation: ClassVar[bool] = False
 
     def __init__(self, target: str, *, harness: str | None = None, taskset_args: dict[str, Any] | None = None,
-                 num_tasks: int = 10000, success_reward: float = 1.0, turn_timeout_s: float = 600.0,
+                 num_tasks: int = 10000, success_reward: float = 1.0,
+                 reward_range: tuple[float, float] | list[float] | None = None, turn_timeout_s: float = 600.0,
                  startup_timeout_s: float = 600.0, split: str = "train",
                  budget: Budget | dict[str, Any] | None = None, parser: str | ToolCallParser = "default",
                  sandbox: str = "auto", sandbox_pool: int = 8) -> None:
         super().__init__(split=split, budget=budget, parser=parser, sandbox=sandbox, sandbox_pool=sandbox_pool)
         self.env_id = PREFIX + target  # type: ignore[misc]
         self.success_reward = success_reward
+        self.reward_range: tuple[float, float] | None = (
+            (float(reward_range[0]), float(reward_range[1])) if reward_range is not None else None)
         self.turn_timeout_s = turn_timeout_s
         self._events: queue.Queue[ModelCall | dict[str, Any]] = queue.Queue()
         self.relay = Relay(calls=self._events)
@@ -242,7 +247,8 @@ class VerifiersBridge(Env):
     def _ended_without_request(self, episode: Episode, event: dict[str, Any] | None) -> None:
         if event is not None and event.get("event") == "done":
             self._running = None
-            self._finish_with(verdict_of(event["trace"], acted=False, success_reward=self.success_reward))
+            self._finish_with(verdict_of(event["trace"], acted=False, success_reward=self.success_reward,
+                                         floor=self.floor))
             return
         why = "the Verifiers worker exited" if event else f"no model request within {self.turn_timeout_s:.0f} s"
         raise InfraError(f"{why}\n{self._log_tail()}")
@@ -268,7 +274,8 @@ class VerifiersBridge(Env):
             if event.get("event") == "exit":
                 raise InfraError(f"the Verifiers worker exited ({event.get('code')})\n{self._log_tail()}")
             self._running = None
-            self._finish_with(verdict_of(event["trace"], acted=True, success_reward=self.success_reward))
+            self._finish_with(verdict_of(event["trace"], acted=True, success_reward=self.success_reward,
+                                         floor=self.floor))
             return []
         incoming = list(event.body["messages"])
         diverged = _divergence(self._history, incoming)
@@ -284,8 +291,15 @@ class VerifiersBridge(Env):
     def _finish_with(self, verdict: Verdict) -> None:
         self._finish(verdict.outcome, verdict.detail, verdict)
 
+    @property
+    def floor(self) -> float:
+        """What an episode the taskset did not score earns: the bottom of the declared range, else 0."""
+        return self.reward_range[0] if self.reward_range is not None else 0.0
+
     def _finish(self, outcome: Outcome, detail: str, verdict: Verdict | None = None) -> None:
         self._stop_running()
+        if verdict is None and not outcome.is_infra:  # envhub's own verdict: a budget, a rewritten history
+            verdict = Verdict(reward=self.floor, outcome=outcome, detail=detail)
         super()._finish(outcome, detail, verdict)
 
     def _stop_running(self) -> None:

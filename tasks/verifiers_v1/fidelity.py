@@ -80,7 +80,7 @@ def _compare(env: VerifiersBridge, task_id: str, name: str, answers: list[dict[s
     except Exception as exc:
         return CheckResult(task_id, check, "vf-eval plays the same answers", f"raised {type(exc).__name__}", "fail",
                            str(exc)[:300])
-    want = verdict_of(trace, acted=bool(answers), success_reward=env.success_reward)
+    want = verdict_of(trace, acted=bool(answers), success_reward=env.success_reward, floor=env.floor)
     same = want.outcome is last.outcome and math.isclose(want.reward, last.reward, abs_tol=1e-9)
     return CheckResult(task_id, check, f"vf-eval: {want.outcome.value}, reward {want.reward:g}", f"bridge: {got}",
                        "pass" if same else "fail", f"{len(answers)} answer(s) replayed" if same else want.detail[:200])

@@ -35,27 +35,29 @@ _TRUNCATED_STOPS = frozenset({"max_turns", "max_input_tokens", "max_output_token
                               "compaction_failed"})
 
 
-def verdict_of(trace: dict[str, Any], *, acted: bool, success_reward: float) -> Verdict:
+def verdict_of(trace: dict[str, Any], *, acted: bool, success_reward: float, floor: float = 0.0) -> Verdict:
     """The verdict of one finished episode, from the worker's summary of its trace (see the
-    module docstring); ``acted``: whether the agent took a turn."""
+    module docstring); ``acted``: whether the agent took a turn. A policy or truncation outcome the
+    taskset did not score earns ``floor`` (the bottom of the taskset's declared reward range; 0 would
+    pay an agent for failing where the taskset's own floor is below 0); infra outcomes earn 0."""
     errors = [*trace.get("errors", []), *trace.get("episode_errors", [])]
     if trace.get("is_timeout"):
-        return Verdict(reward=0.0, outcome=Outcome.BUDGET_EXHAUSTED, detail="a Verifiers stage deadline expired")
+        return Verdict(reward=floor, outcome=Outcome.BUDGET_EXHAUSTED, detail="a Verifiers stage deadline expired")
     if errors:
         kind, message = str(errors[-1].get("type")), str(errors[-1].get("message", ""))
         detail = f"Verifiers {kind}: {message}"
         if kind == "TimeoutError":
-            return Verdict(reward=0.0, outcome=Outcome.BUDGET_EXHAUSTED, detail=detail)
+            return Verdict(reward=floor, outcome=Outcome.BUDGET_EXHAUSTED, detail=detail)
         if kind == "ProviderError":
             return Verdict(reward=0.0, outcome=Outcome.ENGINE_ERROR, detail=detail)
         if kind in PLUMBING or not acted:
             return Verdict(reward=0.0, outcome=Outcome.ENV_ERROR, detail=detail)
-        return Verdict(reward=0.0, outcome=Outcome.WRONG_ANSWER, detail=f"after the agent's turns: {detail}")
+        return Verdict(reward=floor, outcome=Outcome.WRONG_ANSWER, detail=f"after the agent's turns: {detail}")
     if trace.get("stop_condition") in _TRUNCATED_STOPS:
-        return Verdict(reward=0.0, outcome=Outcome.BUDGET_EXHAUSTED,
+        return Verdict(reward=floor, outcome=Outcome.BUDGET_EXHAUSTED,
                        detail=f"Verifiers stopped the episode: {trace.get('stop_condition')}")
     if trace.get("is_truncated"):  # Verifiers' rule: a last turn cut at the token limit is no answer
-        return Verdict(reward=0.0, outcome=Outcome.BUDGET_EXHAUSTED,
+        return Verdict(reward=floor, outcome=Outcome.BUDGET_EXHAUSTED,
                        detail="the model's last turn was cut at its token limit (Verifiers counts it truncated)")
     reward = trace.get("reward")
     rewards = trace.get("rewards") or {}
@@ -63,8 +65,8 @@ def verdict_of(trace: dict[str, Any], *, acted: bool, success_reward: float) -> 
                         details={"rewards": rewards, "stop_condition": trace.get("stop_condition")})
     if not isinstance(reward, int | float) or not math.isfinite(reward):
         why = "scoring did not run" if reward is None else f"the taskset's reward {reward!r} is no finite number"
-        return Verdict(reward=0.0, outcome=Outcome.WRONG_ANSWER if acted else Outcome.ENV_ERROR,
-                       layers=[layer], detail=why)
+        return Verdict(reward=floor if acted else 0.0, layers=[layer], detail=why,
+                       outcome=Outcome.WRONG_ANSWER if acted else Outcome.ENV_ERROR)
     passed = reward >= success_reward
     layer = layer.model_copy(update={"score": min(max(float(reward), 0.0), 1.0), "passed": passed})
     return Verdict(reward=float(reward), outcome=Outcome.SUCCESS if passed else Outcome.WRONG_ANSWER,

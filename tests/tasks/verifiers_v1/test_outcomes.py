@@ -44,3 +44,16 @@ def test_a_cap_or_deadline_is_a_truncation():
     assert verdict_of(capped, acted=True, success_reward=1.0).outcome is Outcome.BUDGET_EXHAUSTED
     late = {"ok": False, "errors": [], "is_timeout": True}
     assert verdict_of(late, acted=True, success_reward=1.0).outcome is Outcome.BUDGET_EXHAUSTED
+
+
+def test_an_unscored_policy_outcome_earns_the_declared_floor_and_infra_earns_0():
+    """A taskset whose rewards go below 0: a reward function that crashed on the agent's answer must
+    not pay more than the taskset's own worst score."""
+    late = verdict_of(_failed("TaskError"), acted=True, success_reward=1.0, floor=-5.0)
+    assert late.outcome is Outcome.WRONG_ANSWER and late.reward == -5.0
+    capped = {"ok": True, "errors": [], "reward": None, "stop_condition": "max_turns"}
+    assert verdict_of(capped, acted=True, success_reward=1.0, floor=-5.0).reward == -5.0
+    infra = verdict_of(_failed("ToolsetError"), acted=True, success_reward=1.0, floor=-5.0)
+    assert infra.outcome is Outcome.ENV_ERROR and infra.reward == 0.0
+    scored = {"ok": True, "errors": [], "reward": -2.0, "rewards": {"r": -2.0}}
+    assert verdict_of(scored, acted=True, success_reward=1.0, floor=-5.0).reward == -2.0
