@@ -15,6 +15,7 @@ miles      ``samples.jsonl`` (Miles keeps slime's ``Sample``)
 trl        ``trl.parquet`` (``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask``)
 skyrl      ``generator_output.json`` (GeneratorOutput), ``trajectories_meta.jsonl``, ``dataset.parquet``
 parquet    ``trajectories.parquet`` (every field; docs/trajectory-schema.md)
+atif       ``<episode_id>.json`` per episode: ATIF v1.8, Harbor's trajectory format (:mod:`.atif`)
 =========  ==========================================================================
 """
 
@@ -28,6 +29,7 @@ from envhub.run_dir import Run
 from envhub.store import write_json_atomic
 from envhub.types import TrajectoryRecord
 
+from .atif import export_atif, read_atif
 from .common import ROUND_TRIP_FIELDS, ExportResult, load_records, select
 from .parquet import read_parquet, write_parquet
 from .skyrl import export_skyrl, read_skyrl
@@ -64,6 +66,7 @@ FORMATS: dict[str, Format] = {
     "trl": Format(export_trl, read_trl, True),
     "skyrl": Format(export_skyrl, read_skyrl, True),
     "parquet": Format(_export_parquet, _read_parquet, False),
+    "atif": Format(export_atif, read_atif, False),
 }
 
 

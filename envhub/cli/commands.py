@@ -38,6 +38,12 @@ def _export() -> Any:
     return export_command
 
 
+def _import() -> Any:
+    from envhub.adapters.export.cli import import_app
+
+    return import_app
+
+
 def _tito() -> Any:
     from envhub.adapters.tito.cli import tito_command
 
@@ -104,6 +110,7 @@ def _models() -> Any:
 SUBCOMMANDS: dict[str, tuple[Callable[[], Any], str]] = {
     "new-env": (_new_env, "Generate a task-family plugin package (entry point, task source, tools, verifier, suite)."),
     "export": (_export, "Export a run's trajectories for an external trainer (veRL, slime, Miles, TRL, SkyRL, Parquet)."),
+    "import": (_import, "Import trajectories of other formats (ATIF, Harbor's) into a run directory."),
     "tito": (_tito, "Serve a model as an OpenAI-compatible chat endpoint that records token-exact trajectories."),
     "serve": (_serve, "Serve ENV_ID over HTTP, WebSocket and MCP, compatible with OpenEnv's clients."),
     "audit": (_audit, "Token-fidelity audit of a run's trajectories; exits 1 if any trajectory has an error."),
