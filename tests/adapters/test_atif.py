@@ -4,14 +4,21 @@ The runs are model-driven: the real model policy (SmolLM2 tokenizer, tool-aware 
 logprobs) behind a scripted engine, on envhub/Computation-v0 with the process sandbox. Every file
 written is checked against ATIF v1.8 as documented by Harbor's models (``ATIF_SPEC`` below, restated
 from ``harbor/models/trajectories/*.py`` of the PyPI release harbor 0.26.0, which needs Python 3.12
-and so is not installed here); where ``harbor.models.trajectories`` imports (e.g. with the wheel's
-contents on PYTHONPATH), Harbor's own pydantic models and validator check the files too.
+and so is not installed), and by Harbor's own pydantic models and validator: its wheel is
+downloaded once from the index and put on the path (only where the index cannot be reached do they
+not run).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -135,9 +142,35 @@ def atif_errors(doc: Any) -> list[str]:
     return errors
 
 
+HARBOR = "harbor==0.26.0"
+
+
+@functools.cache
+def _harbor_on_path() -> bool:
+    """Harbor's wheel, downloaded once from the index (it cannot be installed: Python 3.12) and put on
+    ``sys.path``: its trajectory models and validator import with pydantic alone."""
+    cache = Path(os.environ.get("ENVHUB_CACHE") or Path.home() / ".cache" / "envhub") / "harbor-0.26.0"
+    if not (cache / "harbor").is_dir():
+        wheels = cache.with_name(cache.name + ".wheel")
+        got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                              "--python-version", "3.12", "-d", str(wheels), HARBOR], capture_output=True, timeout=300)
+        found = sorted(wheels.glob("harbor-*.whl")) if got.returncode == 0 else []
+        if not found:
+            return False
+        staging = cache.with_name(cache.name + ".staging")
+        shutil.rmtree(staging, ignore_errors=True)
+        with zipfile.ZipFile(found[0]) as wheel:
+            wheel.extractall(staging)
+        staging.rename(cache)
+    if str(cache) not in sys.path:
+        sys.path.append(str(cache))
+    return True
+
+
 def harbor_check(doc: Path | dict[str, Any]) -> bool:
-    """Harbor's own models and validator, where they import (not installed here: Python 3.12);
-    whether they ran."""
+    """Harbor's own models and validator (its wheel, see :func:`_harbor_on_path`); whether they ran
+    (not where the index cannot be reached)."""
+    _harbor_on_path()
     try:
         from harbor.models.trajectories import Trajectory
         from harbor.utils.trajectory_validator import TrajectoryValidator
