@@ -46,7 +46,7 @@ from envhub.types import Action, Message, Outcome, Task, ToolSpec, Verdict
 
 from .container import PackageContainer
 from .hosted_tasks import HostedTasks
-from .package import PackageServer, is_package
+from .package import PackageServer, is_package, package_python
 from .session import ActionEndedSession, ActionRejected, OpenEnvSession, ServerFault
 
 PREFIX = "openenv:"
@@ -88,6 +88,8 @@ class OpenEnvBridge(Env):
             ``validation.reward.range``, else none.
         docker: run a package directory from its Dockerfile (:mod:`.container`) instead of in this
             interpreter.
+        venv: run a package directory in an environment made for it: the package pip-installed with
+            its dependencies (:func:`.package.package_python`).
         max_action_bytes: the largest step the bridge sends; a larger one is the agent's tool error
             (a server closes the session on a message over its limit).
         split, budget, parser: as :class:`~envhub.env.Env`'s; ``sandbox`` and ``sandbox_pool`` are
@@ -107,6 +109,7 @@ class OpenEnvBridge(Env):
                  num_tasks: int = 1000, terminal_tool: str | None = None, action_tool: str = "act",
                  success_reward: float = 1.0, headers: dict[str, str] | None = None,
                  timeout_s: float = 300.0, max_action_bytes: int = 512 * 1024, docker: bool = False,
+                 venv: bool = False,
                  reward_range: tuple[float, float] | list[float] | None = None,
                  split: str = "train",
                  budget: Budget | dict[str, Any] | None = None,
@@ -117,9 +120,12 @@ class OpenEnvBridge(Env):
         #: the server this env started from a package directory (None for a URL)
         self.package: PackageServer | PackageContainer | None = None
         if is_package(url):
-            self.package = PackageContainer(url) if docker else PackageServer(url)
-        elif docker:
-            raise ValueError(f"docker=True runs an OpenEnv package directory; {url!r} is none")
+            if docker and venv:
+                raise ValueError("docker=True and venv=True: choose one way to run the package")
+            self.package = (PackageContainer(url) if docker
+                            else PackageServer(url, python=package_python(url) if venv else None))
+        elif docker or venv:
+            raise ValueError(f"docker=True and venv=True run an OpenEnv package directory; {url!r} is none")
         self.reward_range: tuple[float, float] | None = (
             (float(reward_range[0]), float(reward_range[1])) if reward_range is not None
             else self.package.reward_range if self.package is not None else None)

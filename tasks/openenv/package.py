@@ -10,9 +10,9 @@ with ``PR_SET_PDEATHSIG`` = SIGKILL from envhub's process-lifetime spawner threa
 The manifest's ``validation.reward.range`` is read as :attr:`PackageServer.reward_range`: a reward
 outside it is the foreign grader's fault (``verifier_error``).
 
-The server runs with the packages of this interpreter; its Dockerfile is the other way to run a
-package (:mod:`.container`). Not here: the package's own ``server`` script in an environment made
-for its dependencies.
+The server runs with the packages of this interpreter, or of ``python``: :func:`package_python`
+makes one for the package (the directory pip-installed, with its dependencies, into an environment
+that sees envhub's packages). Its Dockerfile is the third way (:mod:`.container`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,20 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return data
 
 
+def package_python(directory: str | Path) -> str:
+    """An interpreter made for the package: its directory pip-installed (so its ``pyproject.toml``'s
+    dependencies come with it), made once per content of the directory's requirements."""
+    from envhub.package_envs import package_python as made_for
+    from envhub.package_envs import requirements_key
+
+    root = Path(directory).resolve()
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        raise ValueError(f"{root} has no pyproject.toml: venv=True installs the package from it")
+    key = requirements_key([str(root), pyproject.read_text()])
+    return made_for(f"openenv-{root.name}-{key}", [str(root)])
+
+
 def reward_range_of(manifest: dict[str, Any]) -> tuple[float, float] | None:
     """The manifest's ``validation.reward.range`` (a reward outside it is ``verifier_error``)."""
     reward = ((manifest.get("validation") or {}).get("reward") or {}).get("range")
@@ -62,11 +76,12 @@ def reward_range_of(manifest: dict[str, Any]) -> tuple[float, float] | None:
 class PackageServer:
     """One running server of an OpenEnv package directory (see the module docstring)."""
 
-    def __init__(self, directory: str | Path, *, startup_timeout_s: float = 120.0) -> None:
+    def __init__(self, directory: str | Path, *, python: str | None = None, startup_timeout_s: float = 120.0
+                 ) -> None:
         self.directory = Path(directory).resolve()
         self.manifest = read_manifest(self.directory)
         self.reward_range = reward_range_of(self.manifest)
-        cmd = [sys.executable, "-m", "uvicorn", self.manifest["app"], "--host", "127.0.0.1", "--port", "0"]
+        cmd = [python or sys.executable, "-m", "uvicorn", self.manifest["app"], "--host", "127.0.0.1", "--port", "0"]
         self.proc: subprocess.Popen[bytes] = popen(
             cmd, cwd=self.directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -119,4 +134,4 @@ class PackageServer:
             proc.stdout.close()
 
 
-__all__ = ["MANIFEST", "PackageServer", "is_package", "read_manifest", "reward_range_of"]
+__all__ = ["MANIFEST", "PackageServer", "is_package", "package_python", "read_manifest", "reward_range_of"]

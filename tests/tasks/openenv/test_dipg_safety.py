@@ -27,11 +27,10 @@ a correct synthesis at +50) a success and a bare refusal (+20) not.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,48 +88,21 @@ def _act(llm_response: object = None, **arguments: object) -> Action:
 
 # ---- the package's environment and server ----------------------------------------------------------
 
-def _pip_tail(done: subprocess.CompletedProcess[str]) -> str:
-    lines = [ln for ln in (done.stdout + done.stderr).splitlines() if "is ignored: it is neither" not in ln]
-    return "\n".join(lines[-8:])
-
-
 def _package_python() -> str:
     """An interpreter with ``openenv-dipg-safety==VERSION`` (and its own ``openenv-core``), made once
-    under ``$ENVHUB_CACHE/bridges`` as :func:`envhub.tasks.verifiers_v1.venv.bridge_python` makes the
-    Verifiers one: under a file lock, in a staging folder renamed into place when it works."""
-    from envhub.tasks.verifiers_v1.venv import cache_root
+    (:func:`envhub.package_envs.package_python`); the test skips only where the index is unreachable."""
+    from envhub.package_envs import PackageEnvError, cache_root, package_python, pip_tail
 
-    home = cache_root() / "bridges" / f"{PACKAGE}-{VERSION}"
-    python = home / "bin" / "python"
-    if (home / READY).is_file():
-        return str(python)
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f".{PACKAGE}-{VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (home / READY).is_file():
-            return str(python)
-        staging = home.parent / f".{PACKAGE}-{VERSION}.staging"
-        shutil.rmtree(staging, ignore_errors=True)
-        probe = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
-                                "-d", str(staging / "probe"), f"{PACKAGE}=={VERSION}"],
-                               capture_output=True, text=True, timeout=300)
-        if probe.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            pytest.skip(f"PyPI is unreachable: cannot download {PACKAGE}=={VERSION}:\n{_pip_tail(probe)}")
-        steps = [[sys.executable, "-m", "venv", "--system-site-packages", str(staging)],
-                 [str(staging / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                  f"{PACKAGE}=={VERSION}"]]
-        for cmd in steps:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                shutil.rmtree(staging, ignore_errors=True)
-                pytest.fail(f"could not make the {PACKAGE} environment ({' '.join(cmd[:4])} ...):\n{_pip_tail(done)}")
-        shutil.rmtree(staging / "probe", ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(home)
-        staging.rename(home)  # the venv's scripts name the staging path; only bin/python is used
-        (home / READY).write_text(VERSION + "\n")
-    return str(python)
+    if not (cache_root() / "envs" / f"{PACKAGE}-{VERSION}" / READY).is_file():
+        with tempfile.TemporaryDirectory() as probe:
+            got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", probe,
+                                  f"{PACKAGE}=={VERSION}"], capture_output=True, text=True, timeout=300)
+        if got.returncode != 0:
+            pytest.skip(f"PyPI is unreachable: cannot download {PACKAGE}=={VERSION}:\n{pip_tail(got)}")
+    try:
+        return package_python(f"{PACKAGE}-{VERSION}", [f"{PACKAGE}=={VERSION}"])
+    except PackageEnvError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -295,6 +295,26 @@ def test_an_openenv_scaffolded_typed_env_is_one_tool(tmp_path):
         assert env.episode.scratch["rewards"] == [0.5, 0.2]
 
 
+@pytest.mark.slow
+def test_a_package_runs_in_an_environment_made_for_it(tmp_path):
+    """``venv=True``: the package directory pip-installed with its dependencies into an environment
+    of its own (made once), its server started with that interpreter -- never installed into ours."""
+    init = subprocess.run([sys.executable, "-m", "openenv.cli", "init", "venv_probe"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert init.returncode == 0, init.stdout + init.stderr
+    with envhub.make(f"openenv:{tmp_path / 'venv_probe'}", venv=True) as env:
+        python = env.package.proc.args[0]
+        assert "/envs/openenv-venv_probe-" in python and python != sys.executable
+        found = subprocess.run([python, "-c", "import venv_probe.server.app"], capture_output=True, text=True)
+        assert found.returncode == 0, found.stderr  # installed there ...
+        assert subprocess.run([sys.executable, "-c", "import venv_probe"], cwd="/",
+                              capture_output=True).returncode != 0  # ... and not here
+        env.reset(task_id=env.tasks.task_ids("train")[0])
+        assert '"echoed_message": "hi"' in env.step(_call("act", message="hi")).messages[0].content
+    with pytest.raises(ValueError, match="choose one way"):
+        envhub.make(f"openenv:{tmp_path / 'venv_probe'}", venv=True, docker=True)
+
+
 def test_the_cli_rolls_out_an_openenv_id(url: str, tmp_path):
     """The same id on the command line: ``envhub rollout openenv:URL``."""
     import json
