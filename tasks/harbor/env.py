@@ -52,6 +52,9 @@ from .grade import ACTED, HarborVerifier
 from .task_dir import HarborTasks
 
 PREFIX = "harbor:"
+#: The longest ``bash`` command: it is one argument of ``docker exec``, and Linux takes at most
+#: 128 KiB in one (MAX_ARG_STRLEN); a longer one is the agent's error, not an infra failure.
+MAX_COMMAND_BYTES = 120 * 1024
 SYSTEM_PROMPT = (
     "You are an agent working in a Linux container through the `bash` tool: each call runs one "
     "command with `bash -c` and answers with its exit status and output. Do the task below in "
@@ -152,6 +155,17 @@ class HarborBridge(Env):
         return [Action(text=format_tool_call("bash", {"command": command, "timeout_s": seconds})),
                 Action(text=format_tool_call("submit", {}))]
 
+    def fidelity_plan(self, episodes: int) -> tuple[Any, Any]:
+        """What ``envhub verify harbor:DIR`` adds to the generic fidelity checks: the oracle
+        (:meth:`gold_actions`, ``solve.sh``) and the reward audit (:func:`.audit.audit_check`: one
+        row per task and attack case, ``hackable: <case>`` where the task's grader rewarded it).
+        ``episodes`` is unused: every case is one episode per task."""
+        from envhub.verifiers.fidelity import default_oracle
+
+        from .audit import audit_check
+
+        return default_oracle, [audit_check()]
+
     def close(self) -> None:
         """End the episode and remove its container."""
         super().close()
@@ -173,6 +187,10 @@ class HarborBridge(Env):
             raise InfraError("the episode has no container")
         if timeout_s < 1:
             raise ToolError("timeout_s must be at least 1")
+        size = len(command.encode("utf-8", "surrogatepass"))
+        if size > MAX_COMMAND_BYTES:  # one exec argument: the kernel refuses more (E2BIG)
+            raise ToolError(f"the command is {size} bytes; at most {MAX_COMMAND_BYTES} (write long "
+                            "content in several commands)")
         left = self._deadline - time.monotonic()
         if left < 1:
             raise ToolError("the agent's time is used up")
