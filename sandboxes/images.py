@@ -136,7 +136,7 @@ def build_base_image(force: bool = False, *, from_image: str | None = None, tag:
     digest = inputs_hash(inputs)
     with contextlib.ExitStack() as held:
         with st.stage("wait for other builders"):  # a second builder (thread or process) waits, then finds it built
-            held.enter_context(_build_lock(tag))
+            held.enter_context(build_lock(tag))
         with st.stage("check the cached image") as check:
             current = not force and image_is_current(tag, digest)
             check.update(note="up to date" if current else ("--force" if force else "inputs changed or no image"))
@@ -152,7 +152,8 @@ def build_base_image(force: bool = False, *, from_image: str | None = None, tag:
 
 
 @contextlib.contextmanager
-def _build_lock(tag: str) -> Iterator[None]:
+def build_lock(tag: str) -> Iterator[None]:
+    """Held while ``tag`` is built: one build of an image at a time on this machine (a file lock)."""
     path = Path(tempfile.gettempdir()) / f"envhub-build-{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.lock"
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)

@@ -21,7 +21,6 @@ gigabytes costs the host nothing.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import math
@@ -29,16 +28,15 @@ import os
 import re
 import subprocess
 import tarfile
-import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from envhub.errors import InfraError
 from envhub.sandboxes.dockerapi import LABEL_INPUTS, owner_labels
+from envhub.sandboxes.images import build_lock
 
 from .task_dir import HarborTask
 
@@ -129,17 +127,6 @@ def image_tag(task: HarborTask) -> str:
     return f"{IMAGE_REPOSITORY}/{slug[:100]}:{environment_hash(task.environment_dir)}"
 
 
-@contextmanager
-def _build_lock(tag: str) -> Iterator[None]:
-    path = Path(tempfile.gettempdir()) / f"envhub-harbor-{re.sub(r'[^A-Za-z0-9_.-]', '_', tag)}.lock"
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def ensure_image(task: HarborTask) -> str:
     """The tag of ``task``'s image, built first when no image of its environment's hash exists.
 
@@ -161,7 +148,7 @@ def ensure_image(task: HarborTask) -> str:
         failed = _FAILED_BUILDS.get(tag)
     if failed is not None:
         raise BuildError(failed)
-    with _build_lock(tag):
+    with build_lock(tag):
         if image_exists(tag):
             return tag
         argv = ["docker", "build", "--pull=false", "--rm", "--force-rm", "-t", tag,

@@ -45,7 +45,7 @@ from envhub.episode import Episode
 from envhub.errors import InfraError, ToolError
 from envhub.parsing import ToolCallParser, format_tool_call
 from envhub.tools import tool
-from envhub.types import Action, Task
+from envhub.types import Action, Outcome, Task, Verdict
 
 from .container import Container, ensure_image
 from .grade import ACTED, HarborVerifier
@@ -70,6 +70,8 @@ class HarborBridge(Env):
         directory: a Harbor task directory, or a directory of them.
         task_ids: keep only these tasks of the set.
         success_reward: the reward at or above which an episode is a ``success``.
+        reward_range: the tasks' rewards, ``(low, high)``: envhub's own verdicts and the wrong answers
+            the tasks did not score earn ``low`` (default: 0); a reward outside it is such a wrong answer.
         command_timeout_s: the longest one ``bash`` call may run, whatever it asks for.
         max_output_bytes: how much of one command's output is kept (then clipped to the
             budget's ``max_observation_chars``).
@@ -88,6 +90,7 @@ class HarborBridge(Env):
     needs_isolation: ClassVar[bool] = False
 
     def __init__(self, directory: str, *, task_ids: list[str] | None = None, success_reward: float = 1.0,
+                 reward_range: tuple[float, float] | list[float] | None = None,
                  command_timeout_s: float = 600.0, max_output_bytes: int = 64 * 1024, split: str = "train",
                  budget: Budget | dict[str, Any] | None = None, parser: str | ToolCallParser = "default",
                  sandbox: str = "auto", sandbox_pool: int = 8) -> None:
@@ -100,6 +103,8 @@ class HarborBridge(Env):
                              "([verifier] environment_mode), which the harbor bridge does not run yet")
         self.env_id = PREFIX + str(self.source.root)  # type: ignore[misc]
         self.success_reward = success_reward
+        self.reward_range: tuple[float, float] | None = (
+            (float(reward_range[0]), float(reward_range[1])) if reward_range is not None else None)
         self.command_timeout_s = command_timeout_s
         self.max_output_bytes = max_output_bytes
         self.container: Container | None = None
@@ -123,7 +128,13 @@ class HarborBridge(Env):
 
     def verifier_for(self, episode: Episode) -> HarborVerifier:
         return HarborVerifier(self.container, self.source.harbor_task(episode.task.task_id),
-                              success_reward=self.success_reward)
+                              success_reward=self.success_reward, reward_range=self.reward_range)
+
+    def _finish(self, outcome: Outcome, detail: str, verdict: Verdict | None = None) -> None:
+        """envhub's own verdicts (a format error, a spent budget) earn the declared floor, not 0."""
+        if verdict is None and self.reward_range is not None and not outcome.is_infra:
+            verdict = Verdict(reward=self.reward_range[0], outcome=outcome, detail=detail)
+        super()._finish(outcome, detail, verdict)
 
     def setup_episode(self, episode: Episode) -> None:
         """Build (or reuse) the task's image and start its container. The agent's clock starts once

@@ -92,12 +92,16 @@ class HarborVerifier:
         container: the episode's container, or None when it is already gone.
         task: the parsed task directory.
         success_reward: the reward at or above which the episode is a ``success``.
+        reward_range: the task's rewards, ``(low, high)``: what a wrong answer the task did not score
+            earns (``low``; 0 where none is declared), and a reward outside it is such a wrong answer.
     """
 
-    def __init__(self, container: Container | None, task: HarborTask, *, success_reward: float = 1.0) -> None:
+    def __init__(self, container: Container | None, task: HarborTask, *, success_reward: float = 1.0,
+                 reward_range: tuple[float, float] | None = None) -> None:
         self.container = container
         self.task = task
         self.success_reward = success_reward
+        self.reward_range = reward_range
 
     def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict:
         """Run the task's tests on the submission; raises InfraError only for what the agent
@@ -138,6 +142,9 @@ class HarborVerifier:
         reward, why = read_reward(container)
         if reward is None:
             return self._wrong(why, log)
+        low, high = self.reward_range or (reward, reward)
+        if not low <= reward <= high:  # test.sh broke the declared range, maybe provoked by the agent
+            return self._wrong(f"test.sh's reward {reward} is outside the declared range [{low}, {high}]", log)
         passed = reward >= self.success_reward
         layer = LayerResult(layer="correctness", name="harbor_tests", score=min(max(reward, 0.0), 1.0),
                             passed=passed, reason=why,
@@ -148,7 +155,8 @@ class HarborVerifier:
     def _wrong(self, why: str, log: str | None) -> Verdict:
         layer = LayerResult(layer="correctness", name="harbor_tests", score=0.0, passed=False, reason=why,
                             details={} if log is None else {"log_tail": log})
-        return Verdict(reward=0.0, outcome=Outcome.WRONG_ANSWER, layers=[layer], detail=why)
+        floor = self.reward_range[0] if self.reward_range is not None else 0.0
+        return Verdict(reward=floor, outcome=Outcome.WRONG_ANSWER, layers=[layer], detail=why)
 
 
 __all__ = ["ACTED", "LOG_DIR", "TESTS_DIR", "HarborVerifier", "parse_reward", "read_reward"]

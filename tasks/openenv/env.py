@@ -16,8 +16,10 @@ episode record and metrics are envhub's own) whose tools are the server's:
 come from the server: the episode ends on the first step the server says is done, with that
 step's reward (each step's reward is kept in ``episode.scratch["rewards"]``). The outcome is the
 server's own where it names an envhub outcome (an envhub server does), else ``success`` when the
-reward reaches ``success_reward`` and ``wrong_answer`` below it; a reward that is no finite number
-is the foreign grader's fault, ``verifier_error``.
+reward reaches ``success_reward`` and ``wrong_answer`` below it. A reward that is no finite number,
+or outside the declared range, is ``wrong_answer`` at the range's floor: it came in reply to the
+agent's action, which may have provoked it, so it can never be an infra outcome the loss leaves out
+(nor, clamped, a success); ``envhub verify``'s oracle row shows a grader that breaks its range.
 
 Failures, by whose they are: a lost or refused connection, a timeout, a server error
 (``EXECUTION_ERROR``: a 5xx of the socket) or an MCP ``transport_error`` / ``timeout`` ends the
@@ -72,7 +74,7 @@ class OpenEnvBridge(Env):
     Args:
         url: the server (``http://host:port``; ``ws://`` works too), or an OpenEnv package directory
             (``openenv.yaml``), whose server the env starts and stops (:mod:`.package`); its
-            ``validation.reward.range`` is honoured: a reward outside it is ``verifier_error``.
+            ``validation.reward.range`` is honoured: a reward outside it is ``wrong_answer`` at its floor.
         mode: ``mcp``, ``typed``, or ``auto`` (decided from ``/schema`` and a ``list_tools`` probe).
         task_ids: the server's task ids, reset as ``{"task_id": id}`` (split by hash); default: the
             server's own listing where it has one, else ``num_tasks`` numbered seeds.
@@ -83,7 +85,7 @@ class OpenEnvBridge(Env):
         success_reward: the reward at or above which a done episode is a ``success``.
         headers: extra HTTP headers (say ``Authorization``) for every request.
         timeout_s: how long one reply may take before the episode ends as ``env_error``.
-        reward_range: the server's rewards, ``(low, high)``: one outside is ``verifier_error``, and
+        reward_range: the server's rewards, ``(low, high)``: one outside is ``wrong_answer`` at ``low``, and
             ``envhub verify`` checks the floor and the top against it; default: the package's
             ``validation.reward.range``, else none.
         docker: run a package directory from its Dockerfile (:mod:`.container`) instead of in this
@@ -304,12 +306,13 @@ class OpenEnvBridge(Env):
     def _verdict(self, reward: Any, obs: dict[str, Any]) -> Verdict:
         if reward is None:
             reward = 0.0
+        floor = self.reward_range[0] if self.reward_range is not None else 0.0
         if not isinstance(reward, int | float) or not math.isfinite(reward):
-            return Verdict(reward=0.0, outcome=Outcome.VERIFIER_ERROR,
+            return Verdict(reward=floor, outcome=Outcome.WRONG_ANSWER,
                            detail=f"the server's reward {reward!r} is no finite number")
         low, high = self.reward_range or (-math.inf, math.inf)
-        if not low <= reward <= high:  # the package's validation block: its grader broke its promise
-            return Verdict(reward=0.0, outcome=Outcome.VERIFIER_ERROR,
+        if not low <= reward <= high:  # the grader broke its declared range, maybe provoked by the action
+            return Verdict(reward=floor, outcome=Outcome.WRONG_ANSWER,
                            detail=f"the server's reward {reward} is outside its declared range [{low}, {high}]")
         named = obs.get("outcome")
         if named in Outcome.__members__.values():

@@ -8,7 +8,7 @@ group, then SIGKILL). The server also dies with this process, ``kill -9`` includ
 with ``PR_SET_PDEATHSIG`` = SIGKILL from envhub's process-lifetime spawner thread.
 
 The manifest's ``validation.reward.range`` is read as :attr:`PackageServer.reward_range`: a reward
-outside it is the foreign grader's fault (``verifier_error``).
+outside it is ``wrong_answer`` at the floor (the bridge's rule: never infra).
 
 The server runs with the packages of this interpreter, or of ``python``: :func:`package_python`
 makes one for the package (the directory pip-installed, with its dependencies, into an environment
@@ -68,7 +68,7 @@ def package_python(directory: str | Path) -> str:
 
 
 def reward_range_of(manifest: dict[str, Any]) -> tuple[float, float] | None:
-    """The manifest's ``validation.reward.range`` (a reward outside it is ``verifier_error``)."""
+    """The manifest's ``validation.reward.range`` (a reward outside it is ``wrong_answer`` at its floor)."""
     reward = ((manifest.get("validation") or {}).get("reward") or {}).get("range")
     return (float(reward[0]), float(reward[1])) if isinstance(reward, list) and len(reward) == 2 else None
 

@@ -132,6 +132,25 @@ def test_oracle_succeeds_and_noop_fails_on_both_reward_files(env: HarborBridge):
 @docker
 @pytest.mark.docker
 @pytest.mark.slow
+def test_a_declared_range_is_the_floor_of_unscored_failures_and_the_limit_of_rewards(task_set: Path):
+    """With rewards declared in [-1, 0.5]: a missing reward file and envhub's own format error earn -1
+    (0 would pay for failing), a reward in range is kept, and one above it (the oracle's 1) is a wrong
+    answer at the floor -- never infra, never clamped into a success."""
+    with envhub.make(f"harbor:{task_set}", reward_range=[-1, 0.5], budget={"max_format_errors": 0}) as env:
+        missing = env.play("json-reward", lambda task: [call("submit")])
+        assert (missing.outcome, missing.reward) == (Outcome.WRONG_ANSWER, -1.0), missing.detail
+        partial = env.play("json-reward", lambda task: [call("bash", command="printf 'a\\n' > /work/lines.txt"),
+                                                        call("submit")])
+        assert partial.outcome is Outcome.WRONG_ANSWER and partial.reward == pytest.approx(1 / 3)
+        over = env.play("hello", env.gold_actions)
+        assert (over.outcome, over.reward) == (Outcome.WRONG_ANSWER, -1.0) and "outside" in over.detail
+        garbage = env.play("hello", lambda task: [Action(text="no tool call at all")])
+        assert (garbage.outcome, garbage.reward) == (Outcome.FORMAT_ERROR, -1.0), garbage.detail
+
+
+@docker
+@pytest.mark.docker
+@pytest.mark.slow
 def test_the_bash_tool_runs_as_the_agent_clips_output_and_times_out(env: HarborBridge):
     env.reset(task_id="hello")
     obs = env.step(call("bash", command="id -un; pwd; ls /tests /solution 2>&1; exit 4"))

@@ -414,14 +414,16 @@ def test_a_package_directory_is_started_played_and_stopped(tmp_path):
 
 
 @pytest.mark.slow  # the package's server imports openenv and fastmcp: ~10 s
-def test_a_reward_outside_the_declared_range_is_verifier_error(tmp_path):
+def test_a_reward_outside_the_declared_range_is_a_wrong_answer_at_the_floor(tmp_path):
+    """It came in reply to the agent's action, which may have provoked it: never infra (out of the
+    loss), never clamped into a success."""
     from guess_mcp_app import secret_of
 
-    with envhub.make(f"openenv:{_guess_package(tmp_path, '[0.0, 0.5]')}", terminal_tool="guess") as env:
+    with envhub.make(f"openenv:{_guess_package(tmp_path, '[-0.5, 0.5]')}", terminal_tool="guess") as env:
         task_id = env.tasks.task_ids("train")[1]
         env.reset(task_id=task_id)
         obs = env.step(_call("guess", n=secret_of(int(task_id.removeprefix("seed-")))))
-        assert obs.done and obs.outcome is Outcome.VERIFIER_ERROR and obs.reward == 0.0
+        assert obs.done and obs.outcome is Outcome.WRONG_ANSWER and obs.reward == -0.5
         assert "outside its declared range" in obs.verdict.detail
 
 
