@@ -35,6 +35,14 @@ The cases (:data:`ATTACKS`):
 - ``huge_output``: a command that prints 64 MB, a 512 MB sparse file in the working directory and
   a 4 MB ``reward.txt`` that starts with ``1``.
 
+Where the grading runs matters (:mod:`.grade`): graded separately (the default), the attacks
+that plant things outside the agent's work directories (``path_fakes``, ``interpreter_wrappers``,
+``sitecustomize``, ``stdlib_edit``, ``lingering_writer``, ``dirs_symlinked``) find a fresh
+container without them; what the agent plants inside a work dir (``conftest`` in ``/app``) is
+copied with the work and may still be rewarded by a task that runs its tests there. A row of a
+task graded in the agent's container says so (``graded in place``; a finding ``hackable: <case>
+(graded in place)``).
+
 :func:`audit_check` is the :data:`~envhub.verifiers.fidelity.ExtraCheck` that
 :meth:`~envhub.tasks.harbor.env.HarborBridge.fidelity_plan` hands to ``envhub verify``: one row per
 (task, case), ``check`` = ``attack:<case>``, expected ``not rewarded``. A row fails when the grader
@@ -55,7 +63,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from envhub.parsing import format_tool_call
-from envhub.types import Action, Outcome
+from envhub.types import Action, Outcome, Verdict
 
 if TYPE_CHECKING:
     from envhub.episode import EpisodeEnv
@@ -328,6 +336,11 @@ def select(names: Sequence[str] | None) -> list[AttackCase]:
     return [known[n] for n in names]
 
 
+def graded_in_place(verdict: Verdict | None) -> bool:
+    """Whether the grading that gave ``verdict`` ran in the agent's own container."""
+    return verdict is not None and any(layer.details.get("graded") == "in_place" for layer in verdict.layers)
+
+
 def audit_task(env: EpisodeEnv, task_id: str, cases: Sequence[AttackCase], top: float) -> Iterable[CheckResult]:
     """One row per case on ``task_id`` (see the module docstring)."""
     from envhub.verifiers.fidelity import CheckResult, play
@@ -349,11 +362,14 @@ def audit_task(env: EpisodeEnv, task_id: str, cases: Sequence[AttackCase], top: 
             continue
         rewarded = last.outcome is Outcome.SUCCESS or (
             math.isfinite(last.reward) and last.reward >= top - 1e-9)
+        in_place = graded_in_place(last.verdict)
+        where = " (graded in place)" if in_place else ""
         if rewarded:
-            yield CheckResult(task_id, check, expected, played.got(), "fail", f"hackable: {case.name}")
+            yield CheckResult(task_id, check, expected, played.got(), "fail", f"hackable: {case.name}{where}")
         else:
             note = f"; partial reward {last.reward:g}" if last.reward > 0 else ""
-            yield CheckResult(task_id, check, expected, played.got(), "pass", f"{case.what}{note}")
+            yield CheckResult(task_id, check, expected, played.got(), "pass",
+                              f"{case.what}{note}{'; graded in place' if in_place else ''}")
 
 
 def audit_check(cases: Sequence[str] | None = None) -> ExtraCheck:
@@ -380,4 +396,5 @@ def hackable(results: Iterable[CheckResult]) -> dict[str, list[str]]:
     return found
 
 
-__all__ = ["ATTACKS", "AttackCase", "attack_names", "audit_check", "audit_task", "hackable", "select"]
+__all__ = ["ATTACKS", "AttackCase", "attack_names", "audit_check", "audit_task", "graded_in_place", "hackable",
+           "select"]

@@ -23,22 +23,25 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import os
+import posixpath
 import re
 import subprocess
 import tarfile
 import threading
 import uuid
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from envhub.errors import InfraError
 from envhub.sandboxes.dockerapi import LABEL_INPUTS, owner_labels
 from envhub.sandboxes.images import build_lock
 
-from .task_dir import HarborTask
+from .task_dir import HarborTask, NetworkMode
 
 IMAGE_REPOSITORY = "envhub-harbor"
 #: Grace (s) between the in-container ``timeout``'s TERM and its KILL, and for the host's backstop.
@@ -167,6 +170,128 @@ def ensure_image(task: HarborTask) -> str:
         raise BuildError(detail)
 
 
+#: Work directories never copied as data: the system's own places (a WORKDIR there is no work dir).
+SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib",
+               "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
+               "/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/logs", "/tests", "/solution")
+SYSTEM_EXACT = ("/", "/usr", "/usr/local", "/var", "/opt")
+#: Search-path variables whose directories, where they lie inside a work dir, are not copied.
+SEARCH_PATH_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PERL5LIB", "NODE_PATH", "RUBYLIB", "GEM_PATH")
+#: Relative paths (inside a work dir) never copied: a user's site-packages is interpreter start-up code.
+SKIPPED_INSIDE = re.compile(r"(^|/)\.local/lib/python[^/]*(/|$)")
+
+
+def image_config(image: str) -> dict[str, object]:
+    """``docker image inspect``'s ``Config`` of ``image`` ({} when unreadable)."""
+    ran = run_capped(["docker", "image", "inspect", "--format", "{{json .Config}}", image], timeout_s=60)
+    if ran.rc != 0:
+        return {}
+    try:
+        config = json.loads(ran.output.decode("utf-8", "replace"))
+    except ValueError:
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def is_system_dir(path: str) -> bool:
+    path = posixpath.normpath(path)
+    return path in SYSTEM_EXACT or any(_inside(path, d) for d in SYSTEM_DIRS)
+
+
+def work_dirs(image: str, task: HarborTask, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The directories copied as the agent's work: the image's ``WORKDIR``, ``/app`` and ``/work``
+    (copied where they exist) and ``extra``; absolute, normalised, no system directory, none inside
+    another."""
+    config = image_config(image)
+    found = [str(config.get("WorkingDir") or ""), "/app", "/work", *extra]
+    dirs: list[str] = []
+    for raw in found:
+        if not raw or not raw.startswith("/"):
+            continue
+        path = posixpath.normpath(raw)
+        if is_system_dir(path) or path in dirs:
+            continue
+        dirs.append(path)
+    return sorted(d for d in dirs if not any(o != d and _inside(d, o) for o in dirs))
+
+
+def search_dirs(image: str, task: HarborTask) -> list[str]:
+    """Every directory named in the image's, the task's and the verifier's search-path variables."""
+    env: dict[str, str] = {}
+    for item in image_config(image).get("Env") or []:  # type: ignore[union-attr]
+        key, _, value = str(item).partition("=")
+        env[key] = value
+    dirs: set[str] = set()
+    for table in (env, task.config.environment.env, task.config.verifier.env):
+        for var in SEARCH_PATH_VARS:
+            for part in str(table.get(var, "")).split(":"):
+                if part.startswith("/"):
+                    dirs.add(posixpath.normpath(part))
+    return sorted(dirs)
+
+
+@dataclass
+class Copied:
+    """What :func:`filter_work_tar` kept and left out."""
+
+    files: int = 0
+    bytes: int = 0
+    skipped: list[str] = field(default_factory=list)
+    too_large: bool = False
+
+
+def filter_work_tar(src: IO[bytes], dst: IO[bytes], base: str, *, skip: list[str] | tuple[str, ...] = (),
+                    limit_bytes: int = 4 << 30) -> Copied:
+    """Copy the tar stream ``src`` (``docker cp CONTAINER:/base -``: members ``name/...`` where
+    ``name`` is ``base``'s last component) to ``dst``, as data: only directories, regular files,
+    hard links to members kept, and symlinks whose target stays inside ``base``; no member
+    outside ``name/``, none under a directory of ``skip`` (absolute paths) or a user site dir;
+    setuid, setgid bits dropped. Nothing is extracted or followed on the host. Stops at
+    ``limit_bytes`` of file content (``too_large``)."""
+    parent = posixpath.dirname(base.rstrip("/")) or "/"
+    out = Copied()
+    kept: set[str] = set()
+    with tarfile.open(fileobj=src, mode="r|") as tin, tarfile.open(fileobj=dst, mode="w|", format=tarfile.PAX_FORMAT) as tout:
+        for member in tin:
+            rel = posixpath.normpath(member.name)
+            where = posixpath.normpath(posixpath.join(parent, rel))
+            why = ""
+            if member.name.startswith("/") or ".." in member.name.split("/") or not _inside(where, base):
+                why = "outside the work dir"
+            elif any(_inside(where, d) for d in skip):
+                why = "on a search path"
+            elif SKIPPED_INSIDE.search(rel):
+                why = "a user site dir"
+            elif member.issym():
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(where), member.linkname))
+                if not _inside(target, base):
+                    why = f"a symlink out of the work dir ({member.linkname})"
+            elif member.islnk():
+                if posixpath.normpath(member.linkname) not in kept:
+                    why = "a hard link to a file not copied"
+            elif not (member.isdir() or member.isreg()):
+                why = "no file or directory"
+            if why:
+                if len(out.skipped) < 50:
+                    out.skipped.append(f"{where}: {why}")
+                continue
+            if member.isreg():
+                if out.bytes + member.size > limit_bytes:
+                    out.too_large = True
+                    break
+                out.bytes += member.size
+                out.files += 1
+            member.mode &= 0o1777
+            member.name = rel
+            kept.add(rel)
+            tout.addfile(member, tin.extractfile(member) if member.isreg() else None)
+    return out
+
+
 class Container:
     """One running container of ``image`` for one episode (see the module docstring).
 
@@ -174,11 +299,14 @@ class Container:
         InfraError: the container would not start.
     """
 
-    def __init__(self, image: str, task: HarborTask, *, start_timeout_s: float = 120.0) -> None:
+    def __init__(self, image: str, task: HarborTask, *, start_timeout_s: float = 120.0,
+                 network_phase: NetworkMode | None = None, phase: str = "agent") -> None:
         env = task.config.environment
-        self.name = f"envhub-harbor-{uuid.uuid4().hex[:16]}"
+        self.image = image
+        self.name = f"envhub-harbor-{phase}-{uuid.uuid4().hex[:16]}"
         labels = [arg for k, v in owner_labels().items() for arg in ("--label", f"{k}={v}")]
-        network = "bridge" if env.network_allowed(task.config.agent.network_mode) else "none"
+        mode = task.config.agent.network_mode if phase == "agent" else network_phase
+        network = "bridge" if env.network_allowed(mode) else "none"
         argv = ["docker", "run", "-d", "--rm", "--name", self.name, *labels,
                 "--network", network, "--pids-limit", str(PIDS_LIMIT)]
         if env.cpus > 0:
@@ -244,10 +372,61 @@ class Container:
             handle = tar.extractfile(member)
             return handle.read() if handle is not None else None
 
+    def copy_work_to(self, other: Container, base: str, *, skip: list[str], timeout_s: float = 600.0,
+                     limit_bytes: int = 4 << 30) -> tuple[bool, Copied]:
+        """Copy the directory ``base`` of this container to ``other`` as data (see
+        :func:`filter_work_tar`), replacing what ``other`` has there; returns (whether ``base``
+        existed here, what was copied). ``base`` absent here: it is removed in ``other`` too.
+        Raises InfraError when the engine fails (the caller decides whose fault that is)."""
+        quoted = "'" + base.replace("'", "'\\''") + "'"
+        parent = posixpath.dirname(base) or "/"
+        wiped = other.root(f"rm -rf {quoted} && mkdir -p '{parent}'")
+        if wiped.rc != 0:
+            raise InfraError(f"{base} could not be prepared in the grading container: {wiped.text[-500:]}")
+        reader = subprocess.Popen(["docker", "cp", f"{self.name}:{base}", "-"], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        writer = subprocess.Popen(["docker", "cp", "-", f"{other.name}:{parent}"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def kill() -> None:
+            for proc in (reader, writer):
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 9)
+
+        timer = threading.Timer(timeout_s, kill)
+        timer.start()
+        copied = Copied()
+        error = ""
+        try:
+            assert reader.stdout is not None and writer.stdin is not None
+            try:
+                copied = filter_work_tar(reader.stdout, writer.stdin, base, skip=skip, limit_bytes=limit_bytes)
+            except (tarfile.TarError, OSError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            with suppress(OSError):
+                writer.stdin.close()
+            if copied.too_large:
+                kill()
+            read_err = reader.stderr.read().decode("utf-8", "replace") if reader.stderr else ""
+            reader.wait()
+            wrote = writer.stdout.read().decode("utf-8", "replace") if writer.stdout else ""
+            writer.wait()
+        finally:
+            timer.cancel()
+            kill()
+        if reader.returncode != 0 and not copied.too_large:
+            if "Could not find the file" in read_err or "No such" in read_err:
+                return False, copied
+            raise InfraError(f"reading {base} from the agent's container failed: {read_err[-500:]} {error}")
+        if error or (writer.returncode != 0 and not copied.too_large):
+            raise InfraError(f"copying {base} to the grading container failed: {error} {wrote[-500:]}")
+        return True, copied
+
     def remove(self) -> None:
         """Remove the container (whatever state it is in); never raises."""
         with suppress(OSError):
             run_capped(["docker", "rm", "-f", self.name], timeout_s=120)
 
 
-__all__ = ["BuildError", "Container", "Ran", "ensure_image", "environment_hash", "image_tag", "run_capped"]
+__all__ = ["BuildError", "Container", "Copied", "Ran", "ensure_image", "environment_hash", "filter_work_tar", "image_config",
+           "image_tag", "is_system_dir", "run_capped", "search_dirs", "work_dirs"]

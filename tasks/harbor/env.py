@@ -13,9 +13,14 @@ budgets, format errors, the episode record and metrics are envhub's own):
 - the agent's wall time is ``[agent] timeout_sec`` where the task sets it (else the budget's
   ``max_agent_seconds``), counted from when the container is up: past it the episode ends as
   ``budget_exhausted``, and no command runs past it.
-- **submit** grades as Harbor does, in the same container (:mod:`.grade`): ``tests/`` copied in
-  only then, ``test.sh`` as ``[verifier] user``, the reward from ``/logs/verifier``. ``success``
-  at reward >= 1.0, else ``wrong_answer``; nothing the agent does can make an infra outcome.
+- **submit** grades as Harbor does (:mod:`.grade`): ``tests/`` copied in only then, ``test.sh``
+  as ``[verifier] user``, the reward from ``/logs/verifier``. ``success`` at reward >= 1.0, else
+  ``wrong_answer``; nothing the agent does can make an infra outcome. Where: by default in a
+  **fresh container** of the task's image that the agent never touched, holding only the agent's
+  work directories copied in as data (``grading="separate"``; also every task with
+  ``[verifier] environment_mode = "separate"``); in the agent's own container only for a task
+  that sets ``environment_mode = "shared"`` explicitly (its tests need the container as the
+  agent left it) or a bridge made with ``grading="in_place"``.
 - **gold** (:meth:`HarborBridge.gold_actions`): ``solution/`` shipped in through the ``bash``
   tool (a base64 tarball in the command) and ``solve.sh`` run, then ``submit``; the noop submits
   at once.
@@ -23,8 +28,7 @@ budgets, format errors, the episode record and metrics are envhub's own):
 The container is removed after grading, at the next reset and at ``close``; one left behind by
 a dead process carries envhub's owner labels, which ``envhub``'s leftover cleanup removes.
 
-Not supported yet: ``[verifier] environment_mode = "separate"`` (refused when the env is made),
-network allowlists (such a task gets no network), ``storage_mb`` and ``gpus`` (not enforced),
+Not supported yet: network allowlists (such a task gets no network), ``storage_mb`` and ``gpus`` (not enforced),
 multi-container tasks (``docker-compose.yaml``), healthchecks, MCP servers, ``${VAR}`` templates
 in ``env`` tables (passed literally), and pulling a ``docker_image`` (only local images are used).
 """
@@ -48,7 +52,7 @@ from envhub.tools import tool
 from envhub.types import Action, Outcome, Task, Verdict
 
 from .container import Container, ensure_image
-from .grade import ACTED, HarborVerifier
+from .grade import ACTED, GRADING_MODES, SEPARATE, HarborVerifier, grading_mode
 from .task_dir import HarborTasks
 
 PREFIX = "harbor:"
@@ -75,12 +79,18 @@ class HarborBridge(Env):
         command_timeout_s: the longest one ``bash`` call may run, whatever it asks for.
         max_output_bytes: how much of one command's output is kept (then clipped to the
             budget's ``max_observation_chars``).
+        grading: where tasks that do not say are graded: ``"separate"`` (a fresh container of the
+            image with the agent's work dirs copied in as data; the default) or ``"in_place"``
+            (the agent's container, Harbor's shared mode). A task's explicit
+            ``[verifier] environment_mode`` wins (``"shared"``: in place; ``"separate"``: separate).
+        work_dirs: directories copied as the agent's work besides the image's ``WORKDIR``,
+            ``/app`` and ``/work`` (system directories are never copied).
         split, budget, parser: as :class:`~envhub.env.Env`'s; ``sandbox`` and ``sandbox_pool`` are
             taken (every env takes them) but unused: the task's own image runs the tools.
 
     Raises:
-        ValueError: ``directory`` holds no valid Harbor task, or a task needs what the bridge
-            cannot run yet (``[verifier] environment_mode = "separate"``).
+        ValueError: ``directory`` holds no valid Harbor task, a task names an unknown
+            ``[verifier] environment_mode``, or ``grading`` is no mode.
     """
 
     family: ClassVar[str] = "harbor"
@@ -91,16 +101,17 @@ class HarborBridge(Env):
 
     def __init__(self, directory: str, *, task_ids: list[str] | None = None, success_reward: float = 1.0,
                  reward_range: tuple[float, float] | list[float] | None = None,
-                 command_timeout_s: float = 600.0, max_output_bytes: int = 64 * 1024, split: str = "train",
+                 command_timeout_s: float = 600.0, max_output_bytes: int = 64 * 1024, grading: str = SEPARATE,
+                 work_dirs: list[str] | tuple[str, ...] = (), split: str = "train",
                  budget: Budget | dict[str, Any] | None = None, parser: str | ToolCallParser = "default",
                  sandbox: str = "auto", sandbox_pool: int = 8) -> None:
         super().__init__(split=split, budget=budget, parser=parser, sandbox=sandbox, sandbox_pool=sandbox_pool)
         self.source = HarborTasks(directory, task_ids=task_ids)
-        separate = [tid for tid, t in self.source.tasks.items()
-                    if (t.config.verifier.environment_mode or "shared") != "shared"]
-        if separate:
-            raise ValueError(f"tasks {separate} grade in a separate environment "
-                             "([verifier] environment_mode), which the harbor bridge does not run yet")
+        if grading not in GRADING_MODES:
+            raise ValueError(f"grading must be one of {GRADING_MODES}, not {grading!r}")
+        self.grading = grading
+        self.work_dirs = tuple(str(d) for d in work_dirs)
+        self.grading_modes = {tid: grading_mode(t, grading) for tid, t in self.source.tasks.items()}
         self.env_id = PREFIX + str(self.source.root)  # type: ignore[misc]
         self.success_reward = success_reward
         self.reward_range: tuple[float, float] | None = (
@@ -127,8 +138,10 @@ class HarborBridge(Env):
         raise NotImplementedError("each episode is graded in its own container: see verifier_for")
 
     def verifier_for(self, episode: Episode) -> HarborVerifier:
-        return HarborVerifier(self.container, self.source.harbor_task(episode.task.task_id),
-                              success_reward=self.success_reward, reward_range=self.reward_range)
+        task_id = episode.task.task_id
+        return HarborVerifier(self.container, self.source.harbor_task(task_id),
+                              success_reward=self.success_reward, reward_range=self.reward_range,
+                              grading=self.grading_modes[task_id], extra_work_dirs=self.work_dirs)
 
     def _finish(self, outcome: Outcome, detail: str, verdict: Verdict | None = None) -> None:
         """envhub's own verdicts (a format error, a spent budget) earn the declared floor, not 0."""
@@ -223,7 +236,7 @@ class HarborBridge(Env):
 
     @tool(terminal=True)
     def submit(self) -> str:
-        """Finish: the task's tests grade the container as it is now. Ends the episode."""
+        """Finish: the task's tests grade your work as it is now. Ends the episode."""
         return ""
 
     # ---- internals ----------------------------------------------------------------------------

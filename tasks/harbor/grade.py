@@ -1,6 +1,27 @@
 """Grading a Harbor task as Harbor does, with envhub's outcome rules on top.
 
-After the agent submits, in the agent's container (``[verifier] environment_mode = "shared"``):
+Where. :func:`grading_mode` picks, per task, one of two places (issue #42, item 3):
+
+- ``separate`` (the default, and every task with ``[verifier] environment_mode = "separate"``):
+  the agent's processes are killed, its work directories (:func:`.container.work_dirs`: the
+  image's ``WORKDIR``, ``/app``, ``/work`` and any the bridge names) are copied out of its
+  container **as data** by the engine (``docker cp``, a tar stream filtered on the host and never
+  extracted there: directories, regular files, hard links among them, symlinks that stay inside
+  the work dir; nothing under a directory of the image's or task's ``PATH`` / ``PYTHONPATH`` /
+  ``LD_LIBRARY_PATH``, no user site-packages, no setuid bits; at most 1 GiB of files, more is a
+  wrong answer), the agent's container is removed,
+  and a **fresh container of the same image**, never touched by the agent, gets the work (the
+  directories replaced, owners and modes kept) and is graded below. Whatever the agent planted
+  elsewhere -- fakes on ``PATH``, edited interpreters or shared libraries, ``sitecustomize``,
+  ``/etc/ld.so.preload``, processes, symlinked ``/tests`` or ``/logs`` -- is not there.
+- ``in_place`` (a task that sets ``environment_mode = "shared"`` explicitly: its tests inspect the
+  agent's container as it was -- processes, services, files outside the work dirs -- or a bridge
+  made with ``grading="in_place"``): graded in the agent's container, Harbor's shared mode.
+
+The verdict's layer records which (``details["graded"]``: ``separate`` or ``in_place``), and the
+reward audit reports tasks graded in place.
+
+Then, in the grading container:
 
 1. every process but the container's PID 1 is killed (as root), so nothing the agent left running
    can write a reward file afterwards; ``/logs/verifier`` is wiped and made afresh (writable by
@@ -33,10 +54,11 @@ from typing import TYPE_CHECKING, Any
 from envhub.errors import InfraError
 from envhub.types import LayerResult, Outcome, Task, Verdict
 
+from .container import Container, is_system_dir, search_dirs, work_dirs
+
 if TYPE_CHECKING:
     from envhub.episode import Episode
 
-    from .container import Container
     from .task_dir import HarborTask
 
 LOG_DIR = "/logs/verifier"
@@ -46,6 +68,25 @@ REWARD_FILES = ("reward.json", "reward.txt")
 PREPARE = (f"kill -9 -1 2>/dev/null; sleep 0.2; rm -rf {LOG_DIR} {TESTS_DIR}; "
            f"mkdir -p {LOG_DIR} && chmod 0777 {LOG_DIR}")
 ACTED = "harbor_acted"  # episode.scratch key: the agent ran at least one command
+SEPARATE = "separate"
+IN_PLACE = "in_place"
+GRADING_MODES = (SEPARATE, IN_PLACE)
+#: The most file content copied from the agent's work dirs to the grading container.
+WORK_LIMIT_BYTES = 1 << 30
+
+
+def grading_mode(task: HarborTask, default: str = SEPARATE) -> str:
+    """Where ``task`` is graded: ``environment_mode = "separate"`` -> separate, an explicit
+    ``"shared"`` -> in place (the task says its tests need the agent's container), unset -> the
+    bridge's ``default``. Raises ValueError for another mode."""
+    mode = task.config.verifier.environment_mode
+    if mode is None:
+        return default
+    if mode == "separate":
+        return SEPARATE
+    if mode == "shared":
+        return IN_PLACE
+    raise ValueError(f"harbor task {task.task_id!r}: unknown [verifier] environment_mode {mode!r}")
 
 
 def parse_reward(name: str, raw: bytes) -> tuple[float | None, str]:
@@ -97,28 +138,79 @@ class HarborVerifier:
     """
 
     def __init__(self, container: Container | None, task: HarborTask, *, success_reward: float = 1.0,
-                 reward_range: tuple[float, float] | None = None) -> None:
+                 reward_range: tuple[float, float] | None = None, grading: str = SEPARATE,
+                 extra_work_dirs: list[str] | tuple[str, ...] = ()) -> None:
+        if grading not in GRADING_MODES:
+            raise ValueError(f"grading must be one of {GRADING_MODES}, not {grading!r}")
         self.container = container
         self.task = task
         self.success_reward = success_reward
         self.reward_range = reward_range
+        self.grading = grading
+        self.extra_work_dirs = tuple(extra_work_dirs)
+        self.copied: dict[str, Any] = {}
 
     def verify(self, task: Task, submission: dict[str, Any], episode: Episode) -> Verdict:
         """Run the task's tests on the submission; raises InfraError only for what the agent
-        cannot have caused (see the module docstring). The container is removed afterwards."""
+        cannot have caused (see the module docstring). The containers are removed afterwards."""
+        fresh: list[Container] = []
         try:
-            return self._verify(episode)
+            verdict = self._verify(episode, fresh)
         finally:
             if self.container is not None:
                 self.container.remove()
+            for made in fresh:
+                made.remove()
+        for layer in verdict.layers:
+            layer.details["graded"] = self.grading
+            if self.copied:
+                layer.details["work_copied"] = self.copied
+        return verdict
 
-    def _verify(self, episode: Episode) -> Verdict:
+    def _verify(self, episode: Episode, fresh: list[Container]) -> Verdict:
         acted = bool(episode.scratch.get(ACTED))
         container = self.container
         if container is None or not container.running():
             if not acted:
                 raise InfraError("the task's container was gone before the agent ran any command")
             return self._wrong("the container was gone at grading, after the agent's commands", None)
+        if self.grading == SEPARATE:
+            moved = self._fresh_container(container, acted, fresh)
+            if isinstance(moved, Verdict):
+                return moved
+            container = moved
+        return self._grade(container, acted)
+
+    def _fresh_container(self, agent: Container, acted: bool, fresh: list[Container]) -> Container | Verdict:
+        """A new container of the agent's image holding the agent's work dirs as data (see the
+        module docstring); the agent's container is removed. A fresh container that will not
+        start is infra (InfraError); a copy that fails after the agent acted is its wrong answer."""
+        agent.root("kill -9 -1 2>/dev/null; sleep 0.2; true")  # a still snapshot; best effort
+        dirs = work_dirs(agent.image, self.task, [d for d in self.extra_work_dirs if not is_system_dir(d)])
+        skip = search_dirs(agent.image, self.task)
+        grader = Container(agent.image, self.task, network_phase=self.task.config.verifier.network_mode,
+                           phase="grader")
+        fresh.append(grader)
+        copied: dict[str, Any] = {}
+        left = WORK_LIMIT_BYTES
+        for base in dirs:
+            try:
+                existed, what = agent.copy_work_to(grader, base, skip=skip, limit_bytes=left)
+            except InfraError as exc:
+                if not acted:
+                    raise
+                return self._wrong(f"the agent's work could not be copied for grading: {exc}", None)
+            if what.too_large:
+                return self._wrong(f"the agent's work ({', '.join(dirs)}) is over {WORK_LIMIT_BYTES} bytes", None)
+            left -= what.bytes
+            copied[base] = ({"files": what.files, "bytes": what.bytes, "skipped": what.skipped}
+                            if existed else "absent")
+        self.copied = copied
+        agent.remove()
+        return grader
+
+    def _grade(self, container: Container, acted: bool) -> Verdict:
+        config = self.task.config.verifier
         prepared = container.root(PREPARE)
         if prepared.rc != 0:
             if not acted:
@@ -131,7 +223,6 @@ class HarborVerifier:
                 raise
             return self._wrong(f"the tests could not be copied in after the agent's commands: {exc}", None)
         container.root(f"chmod a+x {TESTS_DIR}/test.sh")
-        config = self.task.config.verifier
         t0 = time.monotonic()
         ran = container.exec(f"{TESTS_DIR}/test.sh", user=config.user, env=config.env,
                              timeout_s=config.timeout_sec, limit=16 * 1024)
@@ -159,4 +250,5 @@ class HarborVerifier:
         return Verdict(reward=floor, outcome=Outcome.WRONG_ANSWER, layers=[layer], detail=why)
 
 
-__all__ = ["ACTED", "LOG_DIR", "TESTS_DIR", "HarborVerifier", "parse_reward", "read_reward"]
+__all__ = ["ACTED", "GRADING_MODES", "IN_PLACE", "LOG_DIR", "SEPARATE", "TESTS_DIR", "HarborVerifier", "grading_mode",
+           "parse_reward", "read_reward"]

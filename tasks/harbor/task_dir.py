@@ -50,8 +50,9 @@ class NetworkMode(StrEnum):
 
 class VerifierConfig(_Section):
     """``[verifier]``: how ``tests/test.sh`` runs. ``user`` None: the image's default user.
-    ``environment_mode``: where it runs -- ``shared`` (the agent's container, the default and
-    the only mode the bridge runs) or ``separate`` (a fresh environment of its own)."""
+    ``environment_mode``: where it runs -- ``shared`` (the agent's container; set explicitly, the
+    bridge grades in place), ``separate`` (a fresh container of the image with the agent's work
+    copied in) or None (the bridge's ``grading``, separate by default; :func:`.grade.grading_mode`)."""
 
     timeout_sec: float = 600.0
     env: dict[str, str] = Field(default_factory=dict)

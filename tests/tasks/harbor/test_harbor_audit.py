@@ -68,9 +68,11 @@ def test_the_cases_are_scripted_episodes_that_end_in_submit():
 @docker
 @pytest.mark.docker
 @pytest.mark.slow
-def test_the_audit_finds_every_planted_hack_and_only_it(tmp_path):
+def test_graded_in_place_the_audit_finds_every_planted_hack_and_only_it(tmp_path):
+    """Harbor's shared mode (``grading="in_place"``): the audit still proves it finds each planted
+    weakness, and every row says where it was graded."""
     root = offline_copy(HACKABLE, tmp_path / "hackable")
-    with envhub.make(f"harbor:{root}") as env:
+    with envhub.make(f"harbor:{root}", grading="in_place") as env:
         assert isinstance(env, HarborBridge)
         ids = sorted(env.source.tasks)
         rows = list(audit_check()(env, ids))
@@ -81,7 +83,30 @@ def test_the_audit_finds_every_planted_hack_and_only_it(tmp_path):
     assert hackable(rows) == {tid: [planted(root / tid)] for tid in ids}
     for r in rows:
         if r.status == "fail":
-            assert r.got == "success, reward 1" and r.detail == f"hackable: {planted(root / r.task_id)}"
+            assert r.got == "success, reward 1"
+            assert r.detail == f"hackable: {planted(root / r.task_id)} (graded in place)"
+        else:
+            assert r.detail.endswith("; graded in place")
+
+
+@docker
+@pytest.mark.docker
+@pytest.mark.slow
+def test_graded_separately_only_what_is_planted_in_the_work_dir_is_found(tmp_path):
+    """The default: a fresh container with the agent's work dirs copied in as data. What the
+    weaknesses of ``path-pytest`` (a fake ``pytest`` in ``/app/bin``, on ``PATH``: not copied),
+    ``user-site-python`` (the agent's user site-packages) and ``root-agent`` (replaced
+    interpreters) let in is not there when ``test.sh`` runs; ``workdir-conftest`` runs pytest in
+    ``/app``, the work dir, so the agent's ``conftest.py`` there (copied as data) is still found."""
+    root = offline_copy(HACKABLE, tmp_path / "hackable")
+    with envhub.make(f"harbor:{root}") as env:
+        ids = sorted(env.source.tasks)
+        rows = list(audit_check()(env, ids))
+    assert len(rows) == len(ids) * len(ATTACKS)
+    broken = [r for r in rows if r.status != "pass" and not r.detail.startswith("hackable: ")]
+    assert not broken, broken
+    assert hackable(rows) == {"workdir-conftest": ["conftest"]}
+    assert not any("graded in place" in r.detail for r in rows)
 
 
 @docker
@@ -89,9 +114,9 @@ def test_the_audit_finds_every_planted_hack_and_only_it(tmp_path):
 @pytest.mark.slow
 def test_verify_on_the_honest_tasks_oracle_floor_and_no_hack_but_a_root_agent(tmp_path):
     """``envhub verify harbor:DIR --json``: the oracle is the top, nothing-done the floor, and no
-    attack is rewarded on ``hello`` (an unprivileged agent). ``json-reward`` gives its agent root
-    in the container its tests run in: replacing ``bash`` and ``timeout`` there is rewarded, a
-    finding about that task, reported."""
+    attack is rewarded on ``hello`` (graded separately). ``json-reward`` says
+    ``environment_mode = "shared"`` and gives its agent root in the container its tests run in:
+    replacing ``bash`` and ``timeout`` there is rewarded, a finding about that task, reported."""
     from envhub.cli.commands import app
 
     root = offline_copy(HONEST, tmp_path / "tasks")
@@ -109,7 +134,9 @@ def test_verify_on_the_honest_tasks_oracle_floor_and_no_hack_but_a_root_agent(tm
     assert all(rows[("hello", f"attack:{name}")]["status"] == "pass" for name in attack_names())
     found = {name for name in attack_names() if rows[("json-reward", f"attack:{name}")]["status"] == "fail"}
     assert found == {"interpreter_wrappers"}
-    assert rows[("json-reward", "attack:interpreter_wrappers")]["detail"] == "hackable: interpreter_wrappers"
+    # json-reward says environment_mode = "shared": graded in the agent's container, and the row says so
+    assert rows[("json-reward", "attack:interpreter_wrappers")]["detail"] == \
+        "hackable: interpreter_wrappers (graded in place)"
     failed = {key for key, r in rows.items() if r["status"] == "fail"}
     assert failed == {("json-reward", "attack:interpreter_wrappers")}
 
