@@ -498,13 +498,13 @@ def test_image_builds_are_serialized_across_threads_and_processes():
     import threading
     import time
 
-    from envhub.sandboxes.images import _build_lock
+    from envhub.sandboxes.images import build_lock
 
     order: list[str] = []
     inside = threading.Event()
 
     def first() -> None:
-        with _build_lock("envhub/test-lock:1"):
+        with build_lock("envhub/test-lock:1"):
             order.append("first in")
             inside.set()
             time.sleep(0.3)
@@ -513,7 +513,7 @@ def test_image_builds_are_serialized_across_threads_and_processes():
     t = threading.Thread(target=first)
     t.start()
     inside.wait(5)
-    with _build_lock("envhub/test-lock:1"):
+    with build_lock("envhub/test-lock:1"):
         order.append("second in")
     t.join()
     assert order == ["first in", "first out", "second in"]
