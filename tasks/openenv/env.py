@@ -278,8 +278,8 @@ class OpenEnvBridge(Env):
             reply = self.session.request("step", payload)
         except ActionRejected as exc:
             raise ToolError(f"the environment rejected the action: {exc.message}") from None
-        except ActionEndedSession as exc:
-            self._finish(Outcome.FORMAT_ERROR, str(exc))
+        except ActionEndedSession as exc:  # the server is up: this step ended it (a hang is the agent's time)
+            self._finish(Outcome.BUDGET_EXHAUSTED if exc.timed_out else Outcome.FORMAT_ERROR, str(exc))
             return f"Error: {exc}"
         obs = reply.get("observation") or {}
         error = obs.get("error") if self.mode == "mcp" else None

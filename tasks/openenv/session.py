@@ -50,9 +50,15 @@ class ServerFault(InfraError):
 
 
 class ActionEndedSession(Exception):
-    """The server ended the session because of the agent's step: it closed the socket for a message
-    over its size limit, or right after refusing the agent's previous action. The agent's doing;
-    the episode cannot go on (an OpenEnv session dies with its socket)."""
+    """The session ended in reply to the agent's step while the server itself stayed up: the socket
+    closed (a message over its size limit, right after refusing the agent's previous action, or with
+    ``/health`` still answering), or the step's reply never came (``timed_out``) with ``/health``
+    answering. The agent's doing -- its action may have provoked it -- and the episode cannot go on
+    (an OpenEnv session dies with its socket). Only a server that is down is infra."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class ActionRejected(Exception):
@@ -108,6 +114,13 @@ class OpenEnvSession:
         except ValueError:
             raise ServerFault(f"GET {path} answered no JSON", "PROTOCOL_ERROR") from None
 
+    def _healthy(self) -> bool:
+        """Whether the server still answers ``/health`` (a failure of one step, not of the server)."""
+        try:
+            return self._http.get("/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def try_get_json(self, path: str, params: dict[str, Any] | None = None) -> Any | None:
         """``GET path`` as JSON, or None where the server has no such route or fails on it."""
         try:
@@ -135,11 +148,14 @@ class OpenEnvSession:
             raw = ws.recv(timeout=self.timeout_s)
         except TimeoutError:  # a late reply would pair with the next request: drop the socket
             self.disconnect()
+            if kind == "step" and self._healthy():  # the server is up: it is this step that hangs
+                raise ActionEndedSession(f"no reply to the agent's step within {self.timeout_s:g}s, the server "
+                                         "answering /health all along", timed_out=True) from None
             raise ServerFault(f"no reply to {kind} within {self.timeout_s:g}s", "TIMEOUT") from None
         except (ConnectionClosed, OSError) as exc:
             self.disconnect()
             refused, self._after_agent_error = self._after_agent_error, False
-            if kind == "step" and (refused or _close_code(exc) == _MESSAGE_TOO_BIG):
+            if kind == "step" and (refused or _close_code(exc) == _MESSAGE_TOO_BIG or self._healthy()):
                 raise ActionEndedSession(f"the server closed the session after the agent's action: {exc}") from None
             raise ServerFault(f"lost the connection to {self.ws_url}: {exc}", "CONNECTION_LOST") from None
         self._after_agent_error = False

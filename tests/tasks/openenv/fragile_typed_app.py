@@ -1,10 +1,11 @@
 """A typed-action environment written with OpenEnv's own ``Environment`` and ``create_app``, whose
 ``step`` raises on one action: count characters of a message; the message ``crash`` makes the
-env's own code raise, ``done`` ends the episode with reward 1.0. Served by
+env's own code raise, ``hang`` makes it never return, ``done`` ends the episode with reward 1.0. Served by
 ``uvicorn fragile_typed_app:app`` from this folder."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from uuid import uuid4
 
@@ -36,6 +37,8 @@ class FragileEnvironment(Environment):
         self._state.step_count += 1
         if action.message == "crash":
             raise RuntimeError("the env's step failed on this action")
+        if action.message == "hang":  # the env's step never returns on this action
+            time.sleep(3600)
         done = action.message == "done"
         return CountObservation(length=len(action.message), done=done, reward=1.0 if done else 0.0)
 

@@ -270,6 +270,19 @@ def test_a_typed_env_whose_step_raises_on_the_action_is_the_agents_tool_error():
         assert obs.done and obs.reward == 1.0 and obs.outcome is Outcome.SUCCESS
 
 
+@pytest.mark.slow  # the hung step's thread holds the server's shutdown for a while
+def test_a_step_that_hangs_on_a_healthy_server_is_the_agents_time_never_infra():
+    """The action made the env's step hang; the server answers /health all along: the agent's wall
+    time (budget_exhausted), not env_error -- and the next episode plays on a new session."""
+    with serve_command_in_subprocess(_uvicorn("fragile_typed_app:app"), cwd=HERE) as (base, _proc), \
+            envhub.make("openenv:" + base, task_ids=["seed-1"], timeout_s=3) as env:
+        env.reset(task_id="seed-1")
+        obs = env.step(_call("act", message="hang"))
+        assert obs.done and obs.outcome is Outcome.BUDGET_EXHAUSTED and not obs.outcome.is_infra, obs.verdict
+        env.reset(task_id="seed-1")
+        assert env.step(_call("act", message="done")).outcome is Outcome.SUCCESS
+
+
 @pytest.mark.slow
 def test_an_openenv_scaffolded_typed_env_is_one_tool(tmp_path):
     """The package ``openenv init`` generates (a typed ``message`` action, a reward per step, never
