@@ -40,8 +40,12 @@ container gone before the agent ran any command, or the engine refusing a copy, 
 (:class:`~envhub.errors.InfraError`). ``success`` at ``reward >= success_reward`` (1.0), else
 ``wrong_answer`` with the reward as it is.
 
-Not done yet: re-running a timed-out ``test.sh`` on a pristine container to tell a slow verifier
-(``verifier_error``) from a submission that makes it slow; a timeout is ``wrong_answer``.
+A slow verifier is told from a slow submission by construction: when ``test.sh`` runs past its
+timeout, the same tests run once more, under the same timeout, in a **pristine** container of the
+image (nothing of the agent's copied in, so nothing the agent did can reach it). If they time out
+there too, the verifier is too slow for its own budget -- ``verifier_error``, left out of the loss;
+if they finish there, the agent's work made them slow -- ``wrong_answer``. The layer records the
+pristine run (``pristine_timed_out``, ``pristine_seconds``).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 from envhub.errors import InfraError
 from envhub.types import LayerResult, Outcome, Task, Verdict
 
-from .container import Container, is_system_dir, search_dirs, work_dirs
+from .container import Container, Ran, is_system_dir, search_dirs, work_dirs
 
 if TYPE_CHECKING:
     from envhub.episode import Episode
@@ -179,7 +183,7 @@ class HarborVerifier:
             if isinstance(moved, Verdict):
                 return moved
             container = moved
-        return self._grade(container, acted)
+        return self._grade(container, acted, fresh)
 
     def _fresh_container(self, agent: Container, acted: bool, fresh: list[Container]) -> Container | Verdict:
         """A new container of the agent's image holding the agent's work dirs as data (see the
@@ -209,8 +213,7 @@ class HarborVerifier:
         agent.remove()
         return grader
 
-    def _grade(self, container: Container, acted: bool) -> Verdict:
-        config = self.task.config.verifier
+    def _grade(self, container: Container, acted: bool, fresh: list[Container]) -> Verdict:
         prepared = container.root(PREPARE)
         if prepared.rc != 0:
             if not acted:
@@ -222,14 +225,10 @@ class HarborVerifier:
             if not acted:
                 raise
             return self._wrong(f"the tests could not be copied in after the agent's commands: {exc}", None)
-        container.root(f"chmod a+x {TESTS_DIR}/test.sh")
-        t0 = time.monotonic()
-        ran = container.exec(f"{TESTS_DIR}/test.sh", user=config.user, env=config.env,
-                             timeout_s=config.timeout_sec, limit=16 * 1024)
-        seconds = time.monotonic() - t0
+        ran, seconds = self._run_tests(container)
         log = ran.text[-4000:]
         if ran.timed_out:
-            return self._wrong(f"test.sh ran past [verifier] timeout_sec ({config.timeout_sec}s)", log)
+            return self._timed_out(container.image, log, fresh)
         reward, why = read_reward(container)
         if reward is None:
             return self._wrong(why, log)
@@ -242,6 +241,40 @@ class HarborVerifier:
                             details={"test_exit": ran.rc, "test_seconds": round(seconds, 3), "log_tail": log})
         return Verdict(reward=reward, outcome=Outcome.SUCCESS if passed else Outcome.WRONG_ANSWER,
                        layers=[layer], detail=why)
+
+    def _run_tests(self, container: Container) -> tuple[Ran, float]:
+        config = self.task.config.verifier
+        container.root(f"chmod a+x {TESTS_DIR}/test.sh")
+        t0 = time.monotonic()
+        ran = container.exec(f"{TESTS_DIR}/test.sh", user=config.user, env=config.env,
+                             timeout_s=config.timeout_sec, limit=16 * 1024)
+        return ran, time.monotonic() - t0
+
+    def _timed_out(self, image: str, log: str, fresh: list[Container]) -> Verdict:
+        """``test.sh`` ran past its timeout on the submission: run it on a pristine container of
+        ``image`` (see the module docstring). Raises InfraError when that container cannot be made
+        ready: nothing of the agent's is in it."""
+        timeout = self.task.config.verifier.timeout_sec
+        pristine = Container(image, self.task, network_phase=self.task.config.verifier.network_mode,
+                             phase="pristine")
+        fresh.append(pristine)
+        prepared = pristine.root(PREPARE)
+        if prepared.rc != 0:
+            raise InfraError(f"preparing the pristine container failed: {prepared.text[-1000:]}")
+        pristine.copy_in(self.task.tests_dir, TESTS_DIR)
+        ran, seconds = self._run_tests(pristine)
+        details = {"log_tail": log, "pristine_timed_out": ran.timed_out, "pristine_seconds": round(seconds, 3)}
+        if ran.timed_out:
+            why = (f"test.sh ran past [verifier] timeout_sec ({timeout}s) on the submission and on a pristine "
+                   "container too: the verifier is too slow for its budget")
+            layer = LayerResult(layer="correctness", name="harbor_tests", score=0.0, passed=False, reason=why,
+                                details=details)
+            return Verdict(reward=0.0, outcome=Outcome.VERIFIER_ERROR, layers=[layer], detail=why)
+        why = (f"test.sh ran past [verifier] timeout_sec ({timeout}s) on the submission; on a pristine container it "
+               f"finished in {seconds:.1f}s")
+        verdict = self._wrong(why, log)
+        verdict.layers[0].details.update(details)
+        return verdict
 
     def _wrong(self, why: str, log: str | None) -> Verdict:
         layer = LayerResult(layer="correctness", name="harbor_tests", score=0.0, passed=False, reason=why,

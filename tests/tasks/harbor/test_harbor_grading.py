@@ -181,3 +181,33 @@ def test_environment_mode_separate_from_task_toml_runs_even_on_an_in_place_bridg
                                                 call("submit")])  # what the agent deleted is gone at grading too
         assert removed.outcome is Outcome.WRONG_ANSWER, removed.detail
         assert removed.layers[0].details["work_copied"]["/app"]["files"] == 0
+
+
+#: Reward 1 for "hello" in /app/out.txt; the tests hang while /app/hang exists (the agent's doing) or
+#: always where the task is a slow verifier (``ALWAYS`` set in the verifier's env).
+SLOW_TEST = """#!/bin/bash
+if [ -e /app/hang ] || [ -n "$ALWAYS" ]; then sleep 600; fi
+if [ "$(cat /app/out.txt 2>/dev/null)" = "hello" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+@docker
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_timeout_is_the_agents_unless_the_tests_time_out_on_a_pristine_container_too(tmp_path):
+    quick = {"timeout_sec = 60.0": "timeout_sec = 3.0"}
+    agent_slow = task_copy("hello", tmp_path / "agent-slow", toml=quick, test_sh=SLOW_TEST)
+    slow = task_copy("hello", tmp_path / "slow", toml={**quick, 'EXPECTED = "hello"': 'ALWAYS = "1"'},
+                     test_sh=SLOW_TEST)
+    with envhub.make(f"harbor:{agent_slow}") as env:
+        hung = env.play("agent-slow", lambda task: [call("bash", command="echo hello > /app/out.txt && touch /app/hang"),
+                                                    call("submit")])
+        assert (hung.outcome, hung.reward) == (Outcome.WRONG_ANSWER, 0.0), hung.detail
+        details = hung.layers[0].details
+        assert details["pristine_timed_out"] is False and "on a pristine container it finished" in hung.detail
+        gold = env.play("agent-slow", env.gold_actions)  # the same tests, no hang: graded normally
+        assert gold.outcome is Outcome.SUCCESS and "pristine_timed_out" not in gold.layers[0].details
+    with envhub.make(f"harbor:{slow}") as env:
+        ran = env.play("slow", env.gold_actions)
+        assert ran.outcome is Outcome.VERIFIER_ERROR, ran.detail
+        assert ran.layers[0].details["pristine_timed_out"] is True and "too slow for its budget" in ran.detail
