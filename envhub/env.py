@@ -117,6 +117,17 @@ class Env(RebuiltOnCopy):
         as ``verify``'s)."""
         return self.verifier
 
+    def judge_pins(self) -> dict[str, dict[str, Any]]:
+        """The pins of the LLM judges this env's verifier consults (check name -> pin as a dict;
+        :class:`envhub.judges.JudgePin`), {} for an env without one. Runs record them
+        and refuse to resume under others. Loads the judges (their weights are in the pin)."""
+        try:
+            verifier = self.verifier
+        except NotImplementedError:  # a family that makes a verifier per episode has no judge here
+            return {}
+        return {check.name: check.pin().to_dict() for check, _weight in getattr(verifier, "quality", ())
+                if callable(getattr(check, "pin", None))}
+
     def system_prompt(self, task: Task) -> str:
         return (
             "You are an agent that solves tasks by calling tools. Call a tool by writing "

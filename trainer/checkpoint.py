@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from envhub.judges import claim_pin
 from envhub.run_dir import TrainingRun
 from envhub.store import write_json_atomic, write_text_atomic
 from envhub.trainer import fsdp
@@ -120,6 +121,20 @@ def claim(files: TrainingRun, config: TrainConfig, dist: fsdp.DistInfo, *, resum
                                 "or use another run_dir")
     if dist.is_main:
         write_json_atomic(path, mine)
+    fsdp.barrier(dist)
+
+
+def claim_judges(files: TrainingRun, env_factory: Callable[[], Any], dist: fsdp.DistInfo) -> None:
+    """Rank 0: ``RUN/judge.json`` pins the env's LLM judges (:func:`envhub.judges.claim_pin`);
+    a run resumed under another judge is refused, naming both pins' differing fields."""
+    if dist.is_main:
+        env = env_factory()
+        try:
+            claim_pin(files.path, env.judge_pins())
+        except ValueError as exc:
+            raise TrainingError(str(exc)) from None
+        finally:
+            env.close()
     fsdp.barrier(dist)
 
 

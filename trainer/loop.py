@@ -81,6 +81,7 @@ class Trainer:
         ckpt.seed_everything(config.seed + self.dist.rank)
         self.model_dir = resolve_model(config.model)
         ckpt.claim(self.files, config, self.dist, resume=resume)
+        ckpt.claim_judges(self.files, self.env_factory, self.dist)
         self.telemetry = Telemetry(env_id=config.env.id, run_dir=self.run_dir,
                                    total_steps=config.steps, metrics_port=config.metrics_port,
                                    config=config, enabled=self.dist.is_main, log=self.log)

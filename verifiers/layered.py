@@ -3,7 +3,8 @@
 Each layer is a small check object. The gate decides whether there is anything to grade at all
 and whether grading can be trusted; only then does correctness score the submission; quality
 adds a bounded bonus on top. Exactly one :class:`~envhub.types.Outcome` comes out, and a crash
-of a check is the verifier's fault (``verifier_error``), never the policy's.
+of a check is the verifier's fault (``verifier_error``), never the policy's; a model a check
+consults that cannot be reached (an LLM judge: :class:`~envhub.errors.EngineError`) is ``engine_error``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from envhub.errors import InfraError
+from envhub.errors import EngineError, InfraError
 from envhub.types import LayerResult, Outcome, Task, Verdict
 
 if TYPE_CHECKING:
@@ -111,7 +112,8 @@ def _layer(layer: str, name: str, graded: Graded) -> LayerResult:
 
 
 def _crashed(layers: list[LayerResult], layer: str, name: str, exc: Exception) -> Verdict:
-    outcome = Outcome.ENV_ERROR if isinstance(exc, InfraError) else Outcome.VERIFIER_ERROR
+    outcome = (Outcome.ENV_ERROR if isinstance(exc, InfraError) else
+               Outcome.ENGINE_ERROR if isinstance(exc, EngineError) else Outcome.VERIFIER_ERROR)
     detail = f"{layer} check {name} crashed: {exc!r}\n{traceback.format_exc()}"
     layers.append(LayerResult(layer=layer, name=name, score=0.0, passed=False, reason=repr(exc)))  # type: ignore[arg-type]
     return Verdict(reward=0.0, outcome=outcome, layers=layers, detail=detail)

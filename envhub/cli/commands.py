@@ -74,6 +74,12 @@ def _profile() -> Any:
     return profile_command
 
 
+def _judge() -> Any:
+    from envhub.verifiers.judge.cli import judge_app
+
+    return judge_app
+
+
 def _train() -> Any:
     from envhub.trainer.cli import train_command
 
@@ -116,6 +122,7 @@ SUBCOMMANDS: dict[str, tuple[Callable[[], Any], str]] = {
     "audit": (_audit, "Token-fidelity audit of a run's trajectories; exits 1 if any trajectory has an error."),
     "report": (_report, "Render a run as one self-contained HTML report, with its plots also written as PNG files."),
     "profile": (_profile, "pass@k per task (unbiased estimator); writes profile.json and curriculum.json."),
+    "judge": (_judge, "Calibrate an env's LLM judge against the programmatic verdict, and attack it with the bias battery."),
     "train": (_train, "Train a policy with the bundled trainer (SFT warm start and GRPO) from a YAML config."),
     "verify": (_verify, "Run the env's verifier suite (gold, noop, attacks) or grade external submissions."),
     "sandbox": (_sandbox, "Sandbox images, health and cleanup."),
@@ -202,6 +209,12 @@ def list_cmd(
         cells = [str(c) for c in row] if isinstance(row, list) else [f"error: {row}"[:40], "", ""]
         table.add_row(spec.env_id, *cells, _sandbox_needs(spec), spec.description)
     console.print(table)
+    from envhub.verifiers.judge.latest import latest_calibration, summary
+
+    for spec in specs:
+        calibration = latest_calibration(spec.env_id)
+        if calibration is not None:
+            console.print(f"{spec.env_id}: {summary(calibration)}", markup=False, highlight=False)
 
 
 def _sandbox_needs(spec: EnvSpec) -> str:

@@ -135,13 +135,15 @@ def _run_rollouts(env_id: str, policy: Policy | None, out_dir: str | Path, episo
     try:
         plans = plan_episodes(env_id, probe.tasks.task_ids(probe.split), episodes=episodes,
                               group_size=group_size, seed=seed)
+        judges = probe.judge_pins() if hasattr(probe, "judge_pins") else {}
     finally:
         probe.close()
     policy_info = given.policy_info if given is not None else describe_policy(policy)  # type: ignore[arg-type]
     path = run.trajectories_path
     try:
-        run.claim({"env_id": env_id, "split": split, "policy": policy_info, "group_size": group_size,
-                   "env_kwargs": {k: v for k, v in (env_kwargs or {}).items() if k != "sandbox"}})
+        identity = {"env_id": env_id, "split": split, "policy": policy_info, "group_size": group_size,
+                    "env_kwargs": {k: v for k, v in (env_kwargs or {}).items() if k != "sandbox"}}
+        run.claim({**identity, "judges": judges} if judges else identity)
         reserve = _hold_reserve(out)
     except OSError as exc:
         raise RolloutOutputError(f"cannot write to {exc.filename or out}: {exc.strerror or exc}; "

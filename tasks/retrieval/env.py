@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from envhub.verifiers.suite import NotApplicable, answer_attacks, answer_case
 from .corpus import DATA_DIR, PAGE_CHARS, Corpus, load_corpus, load_questions
 from .evidence import EvidenceRecall, note_evidence
 from .generator import QUESTION_TYPES
+from .judged import support_judge
 from .search import SearchIndex, get_index
 
 MAX_K = 20
@@ -111,7 +112,9 @@ class RetrievalEnv(Env):
     """Questions over the Python standard library's documentation, answered with search and open.
 
     Env args: ``types`` (question types to draw from), ``partial_credit`` (reward set answers by
-    F1 instead of all-or-nothing) and ``backend`` (``bm25s`` or the slower ``rank_bm25``).
+    F1 instead of all-or-nothing), ``backend`` (``bm25s`` or the slower ``rank_bm25``), and the
+    optional judged quality layer (:mod:`.judged`): ``judge`` (a judge spec; None, the default: no
+    judge) and ``judge_weight``.
     """
 
     env_id = ENV_ID
@@ -120,11 +123,13 @@ class RetrievalEnv(Env):
     default_budget = Budget(max_turns=12, max_tool_calls=20, max_agent_seconds=300.0)
 
     def __init__(self, *, types: Sequence[str] | None = None, partial_credit: bool = False,
-                 backend: str = "bm25s", **kwargs: Any) -> None:
+                 backend: str = "bm25s", judge: str | Mapping[str, Any] | None = None, judge_weight: float = 0.2,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._types = list(types) if types else None
         self.partial_credit = partial_credit
         self.backend = backend
+        self.judged = support_judge(judge, judge_weight, lambda: self.corpus) if judge is not None else None
 
     # ---- hooks ------------------------------------------------------------------------------
 
@@ -136,6 +141,7 @@ class RetrievalEnv(Env):
 
     def make_verifier(self) -> LayeredVerifier:
         return LayeredVerifier(gate=[AnswerPresent(max_chars=1_000)], correctness=EvidenceRecall(AnswerByType()),
+                               quality=[self.judged] if self.judged is not None else (),
                                partial_credit=self.partial_credit)
 
     @property
