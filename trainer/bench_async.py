@@ -133,7 +133,8 @@ def child_main(config_path: Path, out_path: Path) -> int:
                           "optimizer_steps": int(rec.get("optimizer_steps", 0)),
                           "trainer_idle_ratio": idle if idle is not None else rec["time"]["rollout_s"] / seconds,
                           "version_lag_mean": rec.get("async_version_lag_mean", 0.0),
-                          "stale_dropped": int(rec.get("async_stale_dropped", 0))})
+                          "stale_dropped": int(rec.get("async_stale_dropped", 0)),
+                          "reward_mean": rec.get("reward_mean")})
         stop = getattr(trainer, "stop_rollouts", None)
         if stop is not None:
             stop()
