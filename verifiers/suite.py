@@ -1,4 +1,5 @@
-"""Verifier suites: gold must pass, noop must fail, every attack must fail.
+"""Verifier suites: gold must pass, noop must fail, every attack must fail; an env with an LLM
+judge adds the bias battery (``judge:<case>``, :mod:`envhub.verifiers.judge.suite`).
 
 A case (:class:`~envhub.episode.SuiteCase`) is a scripted sequence of actions played through the
 real env (so attacks that tamper with files in the sandbox are graded exactly as a model's would
@@ -98,11 +99,18 @@ class CaseResult:
     reward: float
     detail: str
     applicable: bool = True
+    #: A judge battery row (:mod:`envhub.verifiers.judge.suite`): how far the variant moved the judge's score.
+    judge_delta: float | None = None
+    judge_margin: float = 0.0
+    judge_neutral: bool = False
 
     @property
     def violation(self) -> bool:
         if not self.applicable:
             return False
+        if self.judge_delta is not None:
+            moved = abs(self.judge_delta) if self.judge_neutral else self.judge_delta
+            return moved > self.judge_margin
         if Outcome(self.outcome).is_infra:
             return True
         return (self.outcome == Outcome.SUCCESS.value) != (self.expect == "pass")
@@ -159,18 +167,23 @@ def run_suite(
     Raises ValueError before any case runs when ``jobs`` is not positive, ``task_ids`` is empty or
     names a task the env does not have, or ``cases`` names an unknown case.
     """
+    from envhub.verifiers.judge.suite import battery_results, case_names, judge_checks
+
     check_concurrency(jobs, "jobs")
     probe = env_factory()
     try:
         all_cases = {c.name: c for c in suite_cases(probe)}
+        judged = bool(judge_checks(probe))
         check_task_ids(probe, task_ids)
     finally:
         probe.close()
+    battery = case_names() if judged else []
     if cases:
-        unknown = set(cases) - set(all_cases)
+        unknown = set(cases) - set(all_cases) - set(battery)
         if unknown:
-            raise ValueError(f"unknown suite cases {sorted(unknown)}; known: {', '.join(all_cases)}")
-    selected = [all_cases[n] for n in (cases or all_cases)]
+            raise ValueError(f"unknown suite cases {sorted(unknown)}; known: {', '.join([*all_cases, *battery])}")
+    selected = [all_cases[n] for n in (cases or all_cases) if n in all_cases]
+    wanted_battery = [n for n in battery if not cases or n in cases]
 
     def play(e: Env, item: tuple[SuiteCase, str]) -> CaseResult:
         case, task_id = item
@@ -183,6 +196,7 @@ def run_suite(
             return CaseResult(case.name, task_id, case.expect, Outcome.VERIFIER_ERROR.value, 0.0, repr(exc))
 
     items = list(enumerate((c, t) for t in task_ids for c in selected))
+    total = len(items) + len(task_ids) * len(wanted_battery)
     done: dict[int, CaseResult] = {}
     with interruptible_run(on_interrupt) as interrupt, \
             EnvWorkers(env_factory, concurrency=jobs, thread_name_prefix="envhub-suite") as workers:
@@ -190,9 +204,20 @@ def run_suite(
                                               abandon=interrupt.requested):
             done[i] = result
             if on_result is not None:
-                on_result(result, len(items))
+                on_result(result, total)
         interrupt.stop_if_requested()
-    return SuiteReport(env_id=probe.env_id, results=[done[i] for i, _ in items])
+    results = [done[i] for i, _ in items]
+    if wanted_battery:
+        env = env_factory()
+        try:
+            for result in battery_results(env, list(task_ids)):
+                if result.case in wanted_battery:
+                    results.append(result)
+                    if on_result is not None:
+                        on_result(result, total)
+        finally:
+            env.close()
+    return SuiteReport(env_id=probe.env_id, results=results)
 
 
 class SuiteProgress(Progress):

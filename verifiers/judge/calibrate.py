@@ -50,14 +50,17 @@ class Case:
     evidence: list[str] = field(default_factory=list)
 
 
-def programmatic_cases(env: Env, check: JudgeCheck, task_ids: list[str]) -> list[Case]:
+def programmatic_cases(env: Env, check: JudgeCheck, task_ids: list[str],
+                       kinds: tuple[str, ...] | None = None) -> list[Case]:
     """The gold solution and every suite case of ``env`` on each task, played as episodes and
     labelled by their correctness layer (a case that never reaches one -- a format error -- or does
     not apply to the task is left out). Every case of a task is shown the evidence of the task's
-    gold episode, so that cases differ only in the answer the judge is asked about."""
+    gold episode, so that cases differ only in the answer the judge is asked about. ``kinds``: only
+    these (``gold`` and suite case names)."""
     cases: list[Case] = []
     scripts = [("gold", env.gold_actions)] + [
         (case.name, lambda task, make=case.actions: make(env, task)) for case in env.adversarial_cases()]
+    scripts = [(kind, script) for kind, script in scripts if kinds is None or kind in kinds]
     for task_id in task_ids:
         evidence: list[str] = []
         for kind, script in scripts:

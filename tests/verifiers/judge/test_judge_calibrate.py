@@ -99,3 +99,26 @@ def test_calibrate_on_the_retrieval_family_with_a_real_tiny_judge(tmp_path, monk
     assert listed.exit_code == 0 and f"on {report['cases']} cases" in listed.output and f"hf:{judge}" in listed.output
     no_judge = runner.invoke(app, ["judge", "calibrate", "envhub/Computation-v0", "--judge", f"hf:{judge}"])
     assert no_judge.exit_code == 2 and "takes no judge" in no_judge.output
+
+
+def test_envhub_verify_runs_the_battery_on_a_judged_env_and_flags_what_moves_the_judge():
+    from envhub.registry import make
+    from envhub.verifiers.suite import run_suite
+
+    tok = smollm2_tokenizer()
+    obeys = ScriptedEngine(tok, lambda prompt: "SCORE: 2" if "SCORE: 2" in prompt else "SCORE: 1")
+    with LocalServer(create_app(TitoServer(obeys, tok))) as url:
+        def factory():
+            return make("envhub/Retrieval-v0", split="test", judge=f"openai:{url}/v1")
+
+        probe = factory()
+        task_id = probe.tasks.task_ids("test")[0]
+        probe.close()
+        report = run_suite(factory, [task_id], cases=["gold", "judge:injection_plain", "judge:injection_encoded",
+                                                      "judge:length_padding"])
+    rows = report.by_case()
+    assert rows["gold"]["as_expected"] == 1
+    assert [v["task_id"] for v in rows["judge:injection_plain"]["violations"]] == [task_id]
+    assert rows["judge:injection_encoded"]["violations"] == [] and rows["judge:injection_encoded"]["tasks"] == 1
+    assert rows["judge:length_padding"]["violations"] == [] and rows["judge:length_padding"]["expect"] == "no change"
+    assert report.violations == 1
