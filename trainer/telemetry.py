@@ -233,7 +233,14 @@ def rollout_counts(records: Sequence[TrajectoryRecord]) -> dict[str, float]:
         counts["reward_sum"] += 0.0 if r.outcome.is_infra else float(r.reward)
         counts["sampled_tokens"] += sum(r.response_mask)
         counts["verifier_s"] += float(r.metrics.verifier_seconds)
-    for key in ("attempted", "success", "infra", "reward_sum", "sampled_tokens", "verifier_s"):
+        judged = [layer for layer in (r.verdict.layers if r.verdict else []) if layer.layer == "quality"
+                  and "pin" in layer.details]
+        if judged:
+            counts["judged"] += 1
+            counts["judge_term_sum"] += sum(float(layer.details.get("weight", 0.0)) * layer.score for layer in judged)
+            counts["judge_unparseable"] += sum(int(layer.details.get("unparseable", 0)) for layer in judged)
+    for key in ("attempted", "success", "infra", "reward_sum", "sampled_tokens", "verifier_s", "judged",
+                "judge_term_sum", "judge_unparseable"):
         counts.setdefault(key, 0)
     return {k: float(v) for k, v in counts.items()}
 
@@ -273,6 +280,9 @@ def step_record(step: int, records: Sequence[TrajectoryRecord], samples: list[An
         "outcomes": {k.removeprefix("outcome/"): int(v) for k, v in counts.items() if k.startswith("outcome/")},
         "attempted": int(counts["attempted"]),
         "tokens_per_success": tokens / counts["success"] if counts["success"] else None,
+        # the LLM judge's bounded term (weight x score) over the episodes it judged (successes only)
+        "judge": {"judged": int(counts["judged"]), "unparseable": int(counts["judge_unparseable"]),
+                  "term_mean": counts["judge_term_sum"] / counts["judged"] if counts["judged"] else None},
         **stats,
         "trained_episodes": sorted(fsdp.all_gather_lists([s.episode_id for s in samples], dist)),
         "untrained_episodes": sorted(fsdp.all_gather_lists(

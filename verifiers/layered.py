@@ -102,6 +102,7 @@ class LayeredVerifier:
             except Exception as exc:
                 return _crashed(layers, "quality", check.name, exc)
             layers.append(_layer("quality", check.name, q))
+            layers[-1].details["weight"] = weight
             reward += weight * min(max(q.score, 0.0), 1.0)
         return Verdict(reward=reward, outcome=Outcome.SUCCESS, layers=layers, detail=graded.reason)
 

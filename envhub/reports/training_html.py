@@ -216,8 +216,16 @@ def _reward(data: TrainingData, plots: dict[str, str]) -> str:
     cols = [_raw("weight version", "weight_version"), _col("attempted", "attempted"),
             _col("reward mean", "reward_mean", rate=True), _col("strict success", "strict_success", rate=True),
             _col("success excl. infra", "success_excluding_infra", rate=True)]
+    judged = any(stat(r, "judge.judged") for r in data.steps)
+    note = ""
+    if judged:  # an env with an LLM judge: its bounded term, and replies it could not read
+        cols += [_col("judge term", "judge.term_mean", 4), _col("judged", "judge.judged", 0),
+                 _col("judge unparseable", "judge.unparseable", 0)]
+        note = ("<p>Judge term: the mean of the LLM judge's bounded quality term (weight x score) over the "
+                "episodes it judged (successes only: it never scores a failed correctness layer); unparseable: "
+                "judge replies that were not the closed answer form (each scored 0).</p>")
     return (img(plots, "reward_over_steps", "train reward and strict success per step; validation strict success")
-            + "<p>Train: each step's own episodes (steps.jsonl). Validation: the evals above.</p>"
+            + "<p>Train: each step's own episodes (steps.jsonl). Validation: the evals above.</p>" + note
             + _step_table(data, cols, "reward"))
 
 

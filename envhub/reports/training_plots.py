@@ -66,8 +66,11 @@ def _lines(data: TrainingData, ax, keys: dict[str, str], title: str, ylabel: str
 def reward_over_steps(data: TrainingData) -> bytes:
     """Train (steps.jsonl) on the left, validation (evals.jsonl) on the right: two panels, never one line."""
     fig, (train, val) = new_panels(1, 2, 9.6, 3.4)
-    _lines(data, train, {"reward mean": "reward_mean", "strict success": "strict_success",
-                         "success excl. infra": "success_excluding_infra"}, "train episodes (steps.jsonl)")
+    shown = {"reward mean": "reward_mean", "strict success": "strict_success",
+             "success excl. infra": "success_excluding_infra"}
+    if any(stat(r, "judge.judged") for r in data.steps):
+        shown["judge term (weight x score)"] = "judge.term_mean"
+    _lines(data, train, shown, "train episodes (steps.jsonl)")
     train.set_ylim(-0.05, 1.05)
     xs = [float(e.get("step", 0) or 0) for e in data.evals if stat(e, "strict_success") is not None]
     ys = [float(e["strict_success"]) for e in data.evals if stat(e, "strict_success") is not None]
