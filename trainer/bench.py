@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envhub.rollout.stats import spread
+
 #: The env of each mode and its kwargs to ``envhub.make``: one turn, or two with the env's reply between.
 MODES: dict[str, tuple[str, dict[str, Any]]] = {
     "single": ("envhub/ReasoningGym-v0", {"budget": {"max_turns": 1}}),
@@ -222,10 +224,6 @@ def ratios(measured: dict[str, Any], baseline: dict[str, Any]) -> dict[str, floa
     return {"time": measured["seconds_per_step"] / baseline["seconds_per_step"],
             "memory": measured["peak_rss_mb"] / baseline["peak_rss_mb"]}
 
-
-def spread(values: list[float]) -> dict[str, Any]:
-    """The median of ``values`` with their range: how far apart the rounds were."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
 
 
 def pooled(rounds: list[dict[str, Any]], side: str) -> dict[str, Any]:

@@ -40,7 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from envhub.trainer.bench import child_env, model_dir, run_child, spread
+from envhub.rollout.stats import spread
+from envhub.trainer.bench import child_env, model_dir, run_child
 
 MODES = ("sync", "async")
 #: the issue's target at a tool latency of 1 s or more (async over sync, samples per hour; lag in versions)

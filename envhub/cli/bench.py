@@ -164,6 +164,15 @@ def bench_host(ctx: typer.Context) -> None:
     raise typer.Exit(main(list(ctx.args)))
 
 
+@bench_app.command("judge", add_help_option=False,
+                   context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_judge(ctx: typer.Context) -> None:
+    """Judged episodes per second, concurrent judge calls (batched) against one at a time; `envhub bench judge --help`."""
+    from envhub.verifiers.judge.bench import main
+
+    raise typer.Exit(main(list(ctx.args)))
+
+
 RUNS = 3
 _ENVHUB = [sys.executable, "-m", "envhub.cli"]
 

@@ -8,6 +8,7 @@ comparison of two evaluations of the same planned episodes.
   rates with its 95 % interval. The pairing removes the task-difficulty variance that two
   independent intervals would carry; the interval is the Wald interval of a paired difference,
   d +- z * sqrt(wins + losses - (wins - losses)^2 / n) / n (as McNemar's test reads the discordant pairs);
+* :func:`spread`: a benchmark's rounds as their median and range;
 * :func:`task_group`: a task id without its trailing index (``comp-fraction-L1-343`` ->
   ``comp-fraction-L1``), for a per-kind breakdown of any env whose ids are numbered.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -52,6 +54,11 @@ def paired(first: Mapping[str, bool], second: Mapping[str, bool], z: float = Z95
             "second_rate": sum(second[i] for i in shared) / n if n else 0.0,
             "difference": diff, "interval": [max(-1.0, diff - half), min(1.0, diff + half)],
             "unpaired": len(set(first) ^ set(second))}
+
+
+def spread(values: list[float]) -> dict[str, Any]:
+    """The median of ``values`` with their range: how far apart a benchmark's rounds were."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
 
 
 def task_group(task_id: str) -> str:

@@ -45,6 +45,7 @@ from openenv.core.generic_client import GenericEnvClient
 
 import envhub
 from envhub.errors import InfraError
+from envhub.rollout.stats import spread
 from envhub.types import Action, ToolCall
 
 SIDES = ("envhub", "openenv")
@@ -170,10 +171,6 @@ class ClientSide:
     def close(self) -> None:
         self.client.close()  # ends its session and stops its event loop thread
 
-
-def spread(values: list[float]) -> dict[str, Any]:
-    """The median of ``values`` with their range: how far apart the rounds were."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
 
 
 def _p90(values: list[float]) -> float:
