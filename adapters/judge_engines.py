@@ -156,23 +156,24 @@ def hf_judge(target: str, **options: Any) -> TokenJudgeEngine:
 
 
 def sglang_judge(target: str, **options: Any) -> TokenJudgeEngine:
-    """``sglang:URL`` (option ``tokenizer``: a tokenizer dir where the server's model path is not
-    readable here; ``timeout``)."""
+    """``sglang:URL`` (options ``tokenizer``: a tokenizer dir or known model name, needed where the
+    server's reported tokenizer path is not readable here; ``timeout``). The weights hash is taken
+    from that dir when it holds weight files (the server's own copy cannot be read from here)."""
     from transformers import AutoTokenizer
 
     from envhub.adapters.engines.factory import make_engine
+    from envhub.adapters.engines.models import KNOWN_MODELS, resolve_model
 
-    tokenizer_dir = options.pop("tokenizer", None)
+    tokenizer = options.pop("tokenizer", None)
     engine = make_engine(f"sglang:{target}", **options)
-    source = tokenizer_dir or getattr(engine, "model_path", None)
-    if source is None:
-        raise ValueError(
-            "an sglang judge needs tokenizer=DIR where the server's model path is not readable here"
-        )
-    weights = weights_sha256(Path(source)) if Path(source).is_dir() else None
-    return TokenJudgeEngine(
-        engine, AutoTokenizer.from_pretrained(source), model=f"sglang:{target}", weights=weights
-    )
+    if tokenizer is None:
+        info = engine.model_info()
+        tokenizer = info.get("tokenizer_path") or info.get("model_path")
+        if not tokenizer:
+            raise ValueError("sglang judge: the server does not report its tokenizer path; pass tokenizer=DIR")
+    tokenizer_dir = resolve_model(str(tokenizer)) if str(tokenizer) in KNOWN_MODELS else Path(str(tokenizer))
+    return TokenJudgeEngine(engine, AutoTokenizer.from_pretrained(str(tokenizer_dir)), model=f"sglang:{target}",
+                            weights=weights_sha256(tokenizer_dir))
 
 
 __all__ = ["ChatJudgeEngine", "TokenJudgeEngine", "hf_judge", "openai_judge", "sglang_judge"]
