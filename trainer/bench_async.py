@@ -140,12 +140,28 @@ def child_main(config_path: Path, out_path: Path) -> int:
         if stop is not None:
             stop()
         result = trainer.evaluate("bench") or {}
+        drift = engine_drift(trainer)
     finally:
         trainer.close()
-    write_json_atomic(out_path, {"steps": steps, "validation": {
+    write_json_atomic(out_path, {"steps": steps, "engine_drift": drift, "validation": {
         "strict_success": result.get("strict_success"), "episodes": result.get("episodes"),
         "interval": result.get("interval")}})
     return 0
+
+
+def engine_drift(trainer: Any) -> float | None:
+    """After the last step and the eval: the largest difference between a weight the in-process engine
+    samples with and the trained module's (0 when the engine holds what the trainer trained; None
+    when the engine is no in-process copy)."""
+    import torch
+
+    engine_model = getattr(trainer.models.engine, "model", None)
+    if engine_model is None or engine_model is trainer.models.model:
+        return None
+    trained = trainer.models.model.state_dict()
+    with torch.no_grad():
+        return max(float((value.float() - trained[key].float()).abs().max())
+                   for key, value in engine_model.state_dict().items() if key in trained)
 
 
 def run_figures(child: dict[str, Any]) -> dict[str, Any]:
