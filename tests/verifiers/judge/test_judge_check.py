@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -117,35 +118,25 @@ def test_claiming_another_pin_is_refused_with_both_values(tmp_path):
 
 
 def test_a_rollout_records_the_pin_and_refuses_to_resume_under_other_weights(lenient, tmp_path):
+    judge = shutil.copytree(lenient, tmp_path / "judge")  # its weights change below: the fixture's must not
     out = tmp_path / "run"
-    kwargs = {"judge": f"hf:{lenient}"}
-    first = run_rollouts(
-        "envhub/Retrieval-v0",
-        policy=make_policy("gold"),
-        episodes=2,
-        out_dir=out,
-        env_kwargs=kwargs,
-        split="test",
-    )
+
+    def rollout():
+        return run_rollouts("envhub/Retrieval-v0", policy=make_policy("gold"), episodes=2, out_dir=out,
+                            env_kwargs={"judge": f"hf:{judge}"}, split="test")
+
+    first = rollout()
     assert first.report["by_outcome"]["success"] == 2, first.report
     identity = json.loads((out / "run.json").read_text())
-    assert identity["judges"]["judge:evidence_support"]["weights_sha256"] == weights_sha256(lenient)
+    assert identity["judges"]["judge:evidence_support"]["weights_sha256"] == weights_sha256(judge)
     record = json.loads((out / "trajectories.jsonl").read_text().splitlines()[0])
     judged = [layer for layer in record["verdict"]["layers"] if layer["layer"] == "quality"]
     assert judged and judged[0]["details"]["pin"] == identity["judges"]["judge:evidence_support"]
     close_shared_judge_engines()
     lenient_judge(tmp_path / "retrained", score=1, steps=3)  # the same spec, other weights
-    weights = next(lenient.glob("*.safetensors"))
-    os.replace(next((tmp_path / "retrained").glob("*.safetensors")), weights)
+    os.replace(next((tmp_path / "retrained").glob("*.safetensors")), next(judge.glob("*.safetensors")))
     with pytest.raises(ValueError, match="weights_sha256"):
-        run_rollouts(
-            "envhub/Retrieval-v0",
-            policy=make_policy("gold"),
-            episodes=2,
-            out_dir=out,
-            env_kwargs=kwargs,
-            split="test",
-        )
+        rollout()
 
 
 def test_a_chat_judge_over_http_is_parsed_strictly_and_an_unreachable_one_is_engine_error():
