@@ -41,8 +41,10 @@ def summary(report: dict[str, Any]) -> str:
     shown = "undefined" if value is None else f"{value:+.3f}"
     if value is not None and kappa.get("low") is not None:
         shown += f" [{kappa['low']:+.3f}, {kappa['high']:+.3f}]"
-    judge = (report.get("judge") or {}).get("model", "?")
-    return f"judge kappa {shown} on {report.get('cases', '?')} cases, {str(report.get('date', '?'))[:10]}, {judge}"
+    pin = report.get("judge") or {}
+    weights = f" (weights {str(pin['weights_sha256'])[:12]})" if pin.get("weights_sha256") else ""
+    return (f"judge kappa {shown} on {report.get('cases', '?')} cases, {str(report.get('date', '?'))[:10]}, "
+            f"{pin.get('model', '?')}{weights}")
 
 
 __all__ = ["calibration_path", "latest_calibration", "store_calibration", "summary"]
