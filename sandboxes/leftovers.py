@@ -1,4 +1,4 @@
-"""Containers that dead envhub processes left behind, removed when the next one starts.
+"""Containers (and networks) that dead envhub processes left behind, removed when the next one starts.
 
 A ``kill -9`` runs no cleanup. A container that was running goes by itself (its executor reads
 EOF, docker's ``auto_remove`` deletes it), but one whose owner died between ``create`` and
@@ -15,9 +15,13 @@ other runs), so it removes a container only when all of these hold:
 - it was never started or has stopped (*created*, *exited*, *dead*): a running sandbox either has
   a live owner holding its attach stream or is about to remove itself. A served container
   (``envhub serve --docker``, labelled ``envhub.backend=serve``) is the exception: its server runs
-  on without its owner, so it is removed running too;
+  on without its owner, so it is removed running too (as are a Harbor task's containers and its egress
+  proxy, labelled the same way: their ``sleep infinity`` never ends by itself);
 - its owner pid is not this process and is gone: no such process, or the process that holds the
   pid now started after the container was created (the pid was reused).
+
+Networks with our labels (a Harbor allowlist's internal network) whose owner is gone are removed
+after the containers, unless something still uses them.
 
 The process and landlock backends leave scratch directories (the agent's files) in the temp dir.
 Each one's name is its owner record, ``envhub-<kind>-<pid>-<start>-<host>-<random>`` (the owner's
@@ -30,6 +34,7 @@ symlink (:func:`remove_tree`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -118,7 +123,27 @@ def sweep_dead_owners(client: Any | None = None) -> int:
     removed = sum(_force_remove(client.api, cid) for cid in gone)
     if removed:
         log.info("removed %d container(s) left behind by envhub processes that are gone", removed)
-    return removed
+    networks = 0
+    for net in client.api.networks(filters={"label": f"{LABEL_OWNED}=1"}):
+        if owner_gone(dict(net.get("Labels") or {}), _epoch(str(net.get("Created") or ""))):
+            with contextlib.suppress(Exception):  # still in use by a live container: kept
+                client.api.remove_network(net["Id"])
+                networks += 1
+    if networks:
+        log.info("removed %d network(s) left behind by envhub processes that are gone", networks)
+    return removed + networks
+
+
+def _epoch(created: str) -> float:
+    """A docker ``Created`` timestamp (RFC 3339, nanoseconds) as epoch seconds; inf when unreadable
+    (owner_gone then keeps the object unless its pid is free)."""
+    import datetime
+
+    stamp = re.sub(r"(\.\d{6})\d*", r"\1", created).replace("Z", "+00:00")
+    try:
+        return datetime.datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return math.inf
 
 
 def _host_tag() -> str:

@@ -12,8 +12,9 @@ directly:
   instead where it exists locally. A failed build raises :class:`BuildError` (an
   :class:`~envhub.errors.InfraError`: never the agent's) and is remembered for the process.
 - :class:`Container` is one running container (PID 1 ``sleep infinity``) with the
-  task's cpus and memory (no swap), a pids limit, no network unless the task allows it, and
-  envhub's owner labels (so ``envhub``'s leftover cleanup removes it once this process is dead).
+  task's cpus and memory (no swap), a pids limit, the phase's network (``public``: the default
+  bridge; ``no-network``: none; ``allowlist``: HTTP(S) through an egress proxy to the allowed hosts
+  only, :mod:`.egress`), and envhub's owner labels (so ``envhub``'s leftover cleanup removes it once this process is dead).
 
 Every command's output is read in chunks and capped (:func:`run_capped`): a command that prints
 gigabytes costs the host nothing.
@@ -38,9 +39,10 @@ from pathlib import Path
 from typing import IO
 
 from envhub.errors import InfraError
-from envhub.sandboxes.dockerapi import LABEL_INPUTS, owner_labels
+from envhub.sandboxes.dockerapi import LABEL_BACKEND, LABEL_INPUTS, SERVE_BACKEND, owner_labels
 from envhub.sandboxes.images import build_lock
 
+from .egress import Egress
 from .task_dir import HarborTask, NetworkMode
 
 IMAGE_REPOSITORY = "envhub-harbor"
@@ -299,16 +301,23 @@ class Container:
         InfraError: the container would not start.
     """
 
-    def __init__(self, image: str, task: HarborTask, *, start_timeout_s: float = 120.0,
-                 network_phase: NetworkMode | None = None, phase: str = "agent") -> None:
+    def __init__(self, image: str, task: HarborTask, *, start_timeout_s: float = 120.0, phase: str = "agent") -> None:
         env = task.config.environment
         self.image = image
         self.name = f"envhub-harbor-{phase}-{uuid.uuid4().hex[:16]}"
-        labels = [arg for k, v in owner_labels().items() for arg in ("--label", f"{k}={v}")]
-        mode = task.config.agent.network_mode if phase == "agent" else network_phase
-        network = "bridge" if env.network_allowed(mode) else "none"
+        self.egress: Egress | None = None
+        labels = [arg for k, v in {**owner_labels(), LABEL_BACKEND: SERVE_BACKEND}.items()  # swept once we are gone
+                  for arg in ("--label", f"{k}={v}")]
+        mode, allowed = task.config.network_policy("agent" if phase == "agent" else "verifier")
+        network = "bridge" if mode is NetworkMode.PUBLIC else "none"
+        proxy: dict[str, str] = {}
+        if mode is NetworkMode.ALLOWLIST:
+            self.egress = Egress(allowed)
+            network, proxy = self.egress.network, self.egress.env()
         argv = ["docker", "run", "-d", "--rm", "--name", self.name, *labels,
                 "--network", network, "--pids-limit", str(PIDS_LIMIT)]
+        for key, value in proxy.items():
+            argv += ["-e", f"{key}={value}"]
         if env.cpus > 0:
             argv += ["--cpus", str(env.cpus)]
         if env.memory_mb > 0:
@@ -423,9 +432,11 @@ class Container:
         return True, copied
 
     def remove(self) -> None:
-        """Remove the container (whatever state it is in); never raises."""
+        """Remove the container (whatever state it is in) and its egress proxy; never raises."""
         with suppress(OSError):
             run_capped(["docker", "rm", "-f", self.name], timeout_s=120)
+        if self.egress is not None:
+            self.egress.close()
 
 
 __all__ = ["BuildError", "Container", "Copied", "Ran", "ensure_image", "environment_hash", "filter_work_tar", "image_config",

@@ -28,7 +28,11 @@ budgets, format errors, the episode record and metrics are envhub's own):
 The container is removed after grading, at the next reset and at ``close``; one left behind by
 a dead process carries envhub's owner labels, which ``envhub``'s leftover cleanup removes.
 
-Not supported yet: network allowlists (such a task gets no network), ``storage_mb`` and ``gpus`` (not enforced),
+The network of each phase is Harbor's (:meth:`.task_dir.TaskConfig.network_policy`): ``public``,
+``no-network``, or ``allowlist`` -- HTTP(S) through an egress proxy to ``allowed_hosts`` only
+(:mod:`.egress`).
+
+Not supported yet: ``storage_mb`` and ``gpus`` (not enforced),
 multi-container tasks (``docker-compose.yaml``), healthchecks, MCP servers, ``${VAR}`` templates
 in ``env`` tables (passed literally), and pulling a ``docker_image`` (only local images are used).
 """

@@ -192,8 +192,7 @@ class HarborVerifier:
         agent.root("kill -9 -1 2>/dev/null; sleep 0.2; true")  # a still snapshot; best effort
         dirs = work_dirs(agent.image, self.task, [d for d in self.extra_work_dirs if not is_system_dir(d)])
         skip = search_dirs(agent.image, self.task)
-        grader = Container(agent.image, self.task, network_phase=self.task.config.verifier.network_mode,
-                           phase="grader")
+        grader = Container(agent.image, self.task, phase="grader")
         fresh.append(grader)
         copied: dict[str, Any] = {}
         left = WORK_LIMIT_BYTES
@@ -255,8 +254,7 @@ class HarborVerifier:
         ``image`` (see the module docstring). Raises InfraError when that container cannot be made
         ready: nothing of the agent's is in it."""
         timeout = self.task.config.verifier.timeout_sec
-        pristine = Container(image, self.task, network_phase=self.task.config.verifier.network_mode,
-                             phase="pristine")
+        pristine = Container(image, self.task, phase="pristine")
         fresh.append(pristine)
         prepared = pristine.root(PREPARE)
         if prepared.rc != 0:

@@ -29,6 +29,8 @@ from envhub.task_source import SPLITS
 from envhub.tasks.openenv.hosted_tasks import split_of
 from envhub.types import Task
 
+from .egress import normalize_allowed_hosts
+
 FAMILY = "harbor"
 TASK_TOML = "task.toml"
 INSTRUCTION = "instruction.md"
@@ -48,7 +50,24 @@ class NetworkMode(StrEnum):
     ALLOWLIST = "allowlist"
 
 
-class VerifierConfig(_Section):
+class _Network(_Section):
+    """A section's network policy: ``network_mode`` and, for ``allowlist``, ``allowed_hosts``
+    (hostnames, ``*.suffix``, IP addresses or CIDRs, normalized as Harbor does; a bad entry is the
+    task's error, an ``allowed_hosts`` without ``allowlist`` too)."""
+
+    network_mode: NetworkMode | None = None
+    allowed_hosts: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _hosts(self) -> _Network:
+        if self.allowed_hosts is not None:
+            if self.network_mode is not NetworkMode.ALLOWLIST:
+                raise ValueError("allowed_hosts is only valid with network_mode = \"allowlist\"")
+            self.allowed_hosts = normalize_allowed_hosts(self.allowed_hosts)
+        return self
+
+
+class VerifierConfig(_Network):
     """``[verifier]``: how ``tests/test.sh`` runs. ``user`` None: the image's default user.
     ``environment_mode``: where it runs -- ``shared`` (the agent's container; set explicitly, the
     bridge grades in place), ``separate`` (a fresh container of the image with the agent's work
@@ -58,18 +77,16 @@ class VerifierConfig(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     user: str | int | None = None
     environment_mode: str | None = None
-    network_mode: NetworkMode | None = None
 
 
-class AgentConfig(_Section):
+class AgentConfig(_Network):
     """``[agent]``: the agent's wall time (None: the bridge's budget) and its user."""
 
     timeout_sec: float | None = None
     user: str | int | None = None
-    network_mode: NetworkMode | None = None
 
 
-class EnvironmentConfig(_Section):
+class EnvironmentConfig(_Network):
     """``[environment]``: the image (built from ``environment/Dockerfile`` unless ``docker_image``
     names one) and the container's limits and network."""
 
@@ -80,16 +97,7 @@ class EnvironmentConfig(_Section):
     storage_mb: int = 10240
     gpus: int = 0
     allow_internet: bool = True
-    network_mode: NetworkMode | None = None
     env: dict[str, str] = Field(default_factory=dict)
-
-    def network_allowed(self, phase: NetworkMode | None = None) -> bool:
-        """Whether the container gets a network: only under an explicit or implied ``public``
-        policy (an ``allowlist`` is refused: the bridge cannot enforce one, so it gives none)."""
-        mode = phase or self.network_mode
-        if mode is None:
-            mode = NetworkMode.PUBLIC if self.allow_internet else NetworkMode.NO_NETWORK
-        return mode is NetworkMode.PUBLIC
 
 
 class SolutionConfig(_Section):
@@ -107,6 +115,18 @@ class TaskConfig(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     solution: SolutionConfig = Field(default_factory=SolutionConfig)
+
+    def network_policy(self, phase: str) -> tuple[NetworkMode, list[str]]:
+        """The network of a phase (``agent`` or ``verifier``) as Harbor resolves it: the phase's own
+        ``network_mode`` (and ``allowed_hosts``) where it sets one, else ``[environment]``'s, else
+        ``allow_internet`` (true: ``public``, false: ``no-network``)."""
+        section: _Network = self.agent if phase == "agent" else self.verifier
+        if section.network_mode is None:
+            section = self.environment
+        mode = section.network_mode
+        if mode is None:
+            mode = NetworkMode.PUBLIC if self.environment.allow_internet else NetworkMode.NO_NETWORK
+        return mode, list(section.allowed_hosts or [])
 
     @model_validator(mode="before")
     @classmethod

@@ -66,11 +66,19 @@ def test_task_toml_parses_old_and_14_schemas_and_tolerates_unknown_keys():
     assert hello.verifier.user == "root" and hello.verifier.env == {"EXPECTED": "hello"}
     assert hello.agent.timeout_sec == 120.0 and hello.agent.user == "agent"
     assert (hello.environment.cpus, hello.environment.memory_mb) == (1, 512)
-    assert not hello.environment.network_allowed() and hello.metadata["some_future_key"] == 3
+    assert hello.network_policy("agent") == (NetworkMode.NO_NETWORK, []) and hello.metadata["some_future_key"] == 3
     new = TaskConfig.from_toml((TASKS / "json-reward" / "task.toml").read_text())
     assert new.schema_version == "1.4" and new.verifier.environment_mode == "shared"
-    assert new.environment.network_mode is NetworkMode.NO_NETWORK and not new.environment.network_allowed()
-    assert TaskConfig.from_toml("").environment.network_allowed()  # Harbor's default: internet allowed
+    assert new.environment.network_mode is NetworkMode.NO_NETWORK and new.network_policy("verifier")[0] == "no-network"
+    assert TaskConfig.from_toml("").network_policy("agent") == ("public", [])  # Harbor's default: internet allowed
+    phases = TaskConfig.from_toml('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["PyPI.org.", "10.0.0.0/8"]\n'
+                                  '[verifier]\nnetwork_mode = "public"\n')
+    assert phases.network_policy("agent") == ("allowlist", ["pypi.org", "10.0.0.0/8"])  # Harbor's normal form
+    assert phases.network_policy("verifier") == ("public", [])  # a phase's own mode wins
+    for bad, why in (('network_mode = "allowlist"\nallowed_hosts = ["https://pypi.org/simple"]', "allowed_hosts entry"),
+                     ('allowed_hosts = ["pypi.org"]', "only valid with")):
+        with pytest.raises(ValueError, match=why):
+            TaskConfig.from_toml(f"[agent]\n{bad}\n")
     with pytest.raises(ValueError, match="timeout_sec"):
         TaskConfig.from_toml('[verifier]\ntimeout_sec = "soon"\n')
     with pytest.raises(ValueError):
