@@ -33,7 +33,7 @@ The network of each phase is Harbor's (:meth:`.task_dir.TaskConfig.network_polic
 (:mod:`.egress`).
 
 Not supported yet: ``storage_mb`` and ``gpus`` (not enforced),
-multi-container tasks (``docker-compose.yaml``), healthchecks, MCP servers, ``${VAR}`` templates
+multi-container tasks (``docker-compose.yaml``: refused when the task is read), healthchecks, MCP servers, ``${VAR}`` templates
 in ``env`` tables (passed literally), and pulling a ``docker_image`` (only local images are used).
 """
 

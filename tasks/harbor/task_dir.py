@@ -33,6 +33,8 @@ from .egress import normalize_allowed_hosts
 
 FAMILY = "harbor"
 TASK_TOML = "task.toml"
+#: The files that make a Harbor task multi-container (docker compose), which the bridge refuses.
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 INSTRUCTION = "instruction.md"
 
 
@@ -177,6 +179,10 @@ class HarborTask:
             raise ValueError(f"harbor task {name!r} ({path}): {exc}") from None
         if not (path / "tests" / "test.sh").is_file():
             raise ValueError(f"harbor task {name!r} ({path}) has no tests/test.sh")
+        compose = [f for f in COMPOSE_FILES if (path / "environment" / f).is_file()]
+        if compose:  # its services would be missing: the agent would be blamed for what we did not run
+            raise ValueError(f"harbor task {name!r} ({path}) is a multi-container task (environment/{compose[0]}), "
+                             "which the harbor bridge does not run")
         return cls(task_id=name, path=path, config=config, instruction=instruction)
 
 

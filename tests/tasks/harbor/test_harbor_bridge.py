@@ -101,6 +101,11 @@ def test_a_set_splits_by_a_stable_hash_and_one_dir_is_train(tmp_path):
     shutil.copytree(TASKS / "hello", separate)
     (separate / "task.toml").write_text('[verifier]\nenvironment_mode = "separate"\n')
     assert HarborBridge(str(separate)).grading_modes == {"sep": "separate"}  # runs (issue #42, item 3)
+    compose = tmp_path / "compose"
+    shutil.copytree(TASKS / "hello", compose)
+    (compose / "environment" / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n")
+    with pytest.raises(ValueError, match="multi-container task .environment/docker-compose.yaml."):
+        HarborTasks(compose)  # refused, not run without its services (the agent would be blamed)
 
 
 @pytest.mark.parametrize(("name", "raw", "expected"), [
