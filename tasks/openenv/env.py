@@ -22,8 +22,10 @@ agent's action, which may have provoked it, so it can never be an infra outcome 
 (nor, clamped, a success); ``envhub verify``'s oracle row shows a grader that breaks its range.
 
 Failures, by whose they are: a lost or refused connection, a timeout, a server error
-(``EXECUTION_ERROR``: a 5xx of the socket) or an MCP ``transport_error`` / ``timeout`` ends the
-episode as ``env_error``; an action the server rejects (``VALIDATION_ERROR``) or an MCP tool error
+or an MCP ``transport_error`` / ``timeout`` ends the episode as ``env_error``; except that a server
+this env runs (a package directory) that goes down on a step is started afresh and the episode's
+steps are replayed on it: down again, the actions bring it down and the episode is the agent's
+``format_error`` (an agent must never be able to make its failure infra); an action the server rejects (``VALIDATION_ERROR``) or an MCP tool error
 of the call itself (``invalid_args``, ``tool_not_found``, ``execution_error``) is the agent's tool
 error, answered as the tool's result, and the episode goes on.
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -121,19 +124,23 @@ class OpenEnvBridge(Env):
         super().__init__(split=split, budget=budget, parser=parser, sandbox=sandbox, sandbox_pool=sandbox_pool)
         #: the server this env started from a package directory (None for a URL)
         self.package: PackageServer | PackageContainer | None = None
+        self._start_package: Callable[[], PackageServer | PackageContainer] | None = None
         if is_package(url):
             if docker and venv:
                 raise ValueError("docker=True and venv=True: choose one way to run the package")
-            self.package = (PackageContainer(url) if docker
-                            else PackageServer(url, python=package_python(url) if venv else None))
+            python = package_python(url) if venv else None
+            self._start_package = ((lambda: PackageContainer(url)) if docker
+                                   else (lambda: PackageServer(url, python=python)))
+            self.package = self._start_package()
         elif docker or venv:
             raise ValueError(f"docker=True and venv=True run an OpenEnv package directory; {url!r} is none")
         self.reward_range: tuple[float, float] | None = (
             (float(reward_range[0]), float(reward_range[1])) if reward_range is not None
             else self.package.reward_range if self.package is not None else None)
         try:
+            self._session_args: dict[str, Any] = {"headers": headers, "timeout_s": timeout_s}
             self.session = OpenEnvSession(self.package.url if self.package is not None else url,
-                                          headers=headers, timeout_s=timeout_s)
+                                          **self._session_args)
         except BaseException:
             self._stop_package()
             raise
@@ -274,8 +281,16 @@ class OpenEnvBridge(Env):
         size = len(json.dumps(payload, default=str).encode())
         if size > self.max_action_bytes:  # the server would close the session on it
             raise ToolError(f"the action is {size} bytes; this environment takes at most {self.max_action_bytes}")
+        steps = episode.scratch.setdefault("wire_steps", [])
+        steps.append(payload)
         try:
             reply = self.session.request("step", payload)
+        except ServerFault as exc:
+            if self.package is None or self.session.healthy() or not self._replay_brings_it_down(episode):
+                raise
+            self._finish(Outcome.FORMAT_ERROR, f"the server went down on the agent's action ({exc}), and again when "
+                         "envhub replayed the episode's actions on a fresh server: the actions bring it down")
+            return f"Error: the environment's server went down on this action: {exc}"
         except ActionRejected as exc:
             raise ToolError(f"the environment rejected the action: {exc.message}") from None
         except ActionEndedSession as exc:  # the server is up: this step ended it (a hang is the agent's time)
@@ -295,6 +310,38 @@ class OpenEnvBridge(Env):
         if reply.get("done"):
             self._finish(Outcome.SUCCESS, "", self._verdict(reward, obs))
         return text
+
+    def _restart_package(self) -> None:
+        """A fresh server of the package this env runs (the old one stopped) and a session on it."""
+        assert self._start_package is not None and self.package is not None
+        self.session.close()
+        self.package.stop()
+        self.package = self._start_package()
+        self.session = OpenEnvSession(self.package.url, **self._session_args)
+
+    def _replay_brings_it_down(self, episode: Episode) -> bool:
+        """The server this env runs went down on a step after the agent acted: start a fresh one,
+        reset it to the episode's task and send the agent's steps again (the recorded wire requests).
+        True when the server goes down again -- the agent's actions bring it down, so the episode is
+        the agent's, never infra -- else False (a crash the replay does not reproduce stays infra).
+        Either way a fresh server is left running for the episodes that follow."""
+        source = self.tasks
+        data = source.reset_data(episode.task.task_id) if isinstance(source, HostedTasks) else {}
+        self._restart_package()
+        try:
+            self.session.request("reset", data)
+            for payload in episode.scratch.get("wire_steps", []):
+                self.session.request("step", payload)
+        except (ActionRejected, ActionEndedSession):  # the replay went another way: the server is up
+            return False
+        except ServerFault:
+            if self.session.healthy():
+                return False
+            self._restart_package()
+            return True
+        finally:
+            self.session.disconnect()
+        return False
 
     def _finish(self, outcome: Outcome, detail: str, verdict: Verdict | None = None) -> None:
         """envhub's own verdicts (a format error, a spent budget) earn the floor of a declared reward

@@ -114,7 +114,7 @@ class OpenEnvSession:
         except ValueError:
             raise ServerFault(f"GET {path} answered no JSON", "PROTOCOL_ERROR") from None
 
-    def _healthy(self) -> bool:
+    def healthy(self) -> bool:
         """Whether the server still answers ``/health`` (a failure of one step, not of the server)."""
         try:
             return self._http.get("/health", timeout=5.0).status_code == 200
@@ -148,14 +148,14 @@ class OpenEnvSession:
             raw = ws.recv(timeout=self.timeout_s)
         except TimeoutError:  # a late reply would pair with the next request: drop the socket
             self.disconnect()
-            if kind == "step" and self._healthy():  # the server is up: it is this step that hangs
+            if kind == "step" and self.healthy():  # the server is up: it is this step that hangs
                 raise ActionEndedSession(f"no reply to the agent's step within {self.timeout_s:g}s, the server "
                                          "answering /health all along", timed_out=True) from None
             raise ServerFault(f"no reply to {kind} within {self.timeout_s:g}s", "TIMEOUT") from None
         except (ConnectionClosed, OSError) as exc:
             self.disconnect()
             refused, self._after_agent_error = self._after_agent_error, False
-            if kind == "step" and (refused or _close_code(exc) == _MESSAGE_TOO_BIG or self._healthy()):
+            if kind == "step" and (refused or _close_code(exc) == _MESSAGE_TOO_BIG or self.healthy()):
                 raise ActionEndedSession(f"the server closed the session after the agent's action: {exc}") from None
             raise ServerFault(f"lost the connection to {self.ws_url}: {exc}", "CONNECTION_LOST") from None
         self._after_agent_error = False
