@@ -109,6 +109,10 @@ def trainer_config(s: AsyncBenchSettings, mode: str, latency: float, model: Path
 
 # ---- the child: one mode's run ------------------------------------------------------------------------
 
+#: Step-line figures a child keeps beside its timings (the update's health and the async staleness).
+DIAGNOSTICS = ("loss", "grad_norm", "entropy", "clip_fraction", "ratio_mean", "ratio_max", "trainer_engine_gap",
+               "informative_groups", "async_stale_reweighted", "async_version_lag_max")
+
 def child_main(config_path: Path, out_path: Path) -> int:
     from envhub.store import write_json_atomic
     from envhub.trainer.bench_async_env import register_bench_env
@@ -135,7 +139,9 @@ def child_main(config_path: Path, out_path: Path) -> int:
                           "trainer_idle_ratio": idle if idle is not None else rec["time"]["rollout_s"] / seconds,
                           "version_lag_mean": rec.get("async_version_lag_mean", 0.0),
                           "stale_dropped": int(rec.get("async_stale_dropped", 0)),
-                          "reward_mean": rec.get("reward_mean")})
+                          "reward_mean": rec.get("reward_mean"),
+                          # what shapes an update, to tell a run that learns from one that does not
+                          **{key: rec.get(key) for key in DIAGNOSTICS}})
         stop = getattr(trainer, "stop_rollouts", None)
         if stop is not None:
             stop()
