@@ -188,8 +188,8 @@ class AsyncTrainer(Trainer):
             groups_per_step=r.groups_per_step, max_staleness=r.max_staleness, buffer_groups=r.buffer_groups,
             engine=self.models.engine, pending=self.resumed.groups, keep=self.buffer.keep).start()
 
-    def oversample(self, step: int, records: list[TrajectoryRecord],
-                   classes: list[str]) -> tuple[list[TrajectoryRecord], list[str], dict[str, Any]]:
+    def oversample(self, step: int, records: list[TrajectoryRecord], classes: list[str],
+                   progress: Any = None) -> tuple[list[TrajectoryRecord], list[str], dict[str, Any]]:
         """The staleness bound at the trainer's version now (before this step's update):
         :func:`~envhub.trainer.async_rollouts.mark_stale` on this rank's share, its figures and the
         informative groups over the whole batch (every rank's); no dynamic sampling."""

@@ -191,7 +191,7 @@ class Trainer:
         records = self.rollouts(step, plans)                                  # 2. rollouts
         progress.rollouts(records, self.replay.reused)
         classes = self.audit(records)                                         # 3. audit
-        records, classes, sampled = self.oversample(step, records, classes)   # (dynamic sampling)
+        records, classes, sampled = self.oversample(step, records, classes, progress)  # (dynamic sampling)
         timer.lap("rollout_s")
         samples, selection = self.select(records, classes)                    # 4. selection
         progress.selection({**selection, **sampled})
@@ -251,13 +251,17 @@ class Trainer:
             classes.append(cls)
         return classes
 
-    def oversample(self, step: int, records: list[TrajectoryRecord],
-                   classes: list[str]) -> tuple[list[TrajectoryRecord], list[str], dict[str, Any]]:
+    def oversample(self, step: int, records: list[TrajectoryRecord], classes: list[str],
+                   progress: Any = None) -> tuple[list[TrajectoryRecord], list[str], dict[str, Any]]:
         """Dynamic sampling (:func:`envhub.trainer.sampling.dynamic_sampling`): more groups for
-        ``step``, the next ones of the task order, while too few groups are informative."""
+        ``step``, the next ones of the task order, while too few groups are informative (the step's
+        ``progress`` counts their episodes as planned too)."""
 
         def draw(offset: int, count: int) -> tuple[list[TrajectoryRecord], list[str]]:
-            extra = self.rollouts(step, self.plans(step, self.state.cursor + offset, count))
+            plans = self.plans(step, self.state.cursor + offset, count)
+            if progress is not None:
+                progress.plan_more(len(plans))
+            extra = self.rollouts(step, plans)
             return extra, self.audit(extra)
 
         return sampling.dynamic_sampling(records, classes, self.config, self.order, draw)

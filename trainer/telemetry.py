@@ -48,6 +48,10 @@ class StepProgress:
         self.sampled = self.successes = 0
         self.started = self._since = self._last = time.monotonic()
 
+    def plan_more(self, episodes: int) -> None:
+        """More episodes for this step (dynamic sampling's extra rounds): counted as planned."""
+        self.planned += episodes
+
     def on_episode(self, record: TrajectoryRecord) -> None:
         self.sampled += 1
         self.successes += record.outcome is Outcome.SUCCESS

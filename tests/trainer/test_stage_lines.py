@@ -87,6 +87,9 @@ def test_long_rollouts_count_their_episodes_while_they_run():
         progress.on_episode(record(i, outcome))
     assert lines[0].startswith("[step 3/10] rollouts: 1 of 4 episodes sampled so far, 1 successes, ")
     assert lines[-1].startswith("[step 3/10] rollouts: 3 of 4 episodes sampled so far, 2 successes, ")
+    progress.plan_more(4)  # dynamic sampling draws another round: its episodes are planned too
+    progress.on_episode(record(3, "success"))
+    assert lines[-1].startswith("[step 3/10] rollouts: 4 of 8 episodes sampled so far, 3 successes, ")
     quiet: list[str] = []
     progress = StepProgress(1, 2, 4, quiet.append)  # every 30 s: none in a test's first second
     progress.on_episode(record(0, "success"))
