@@ -101,8 +101,10 @@ def human_cases(path: Path) -> list[Case]:
     return cases
 
 
-def calibrate(check: JudgeCheck, cases: list[Case], *, consistency_k: int = 3, seed: int = 0) -> dict[str, Any]:
-    """Judge every case, then the bias battery; the report described in the module docstring."""
+def calibrate(check: JudgeCheck, cases: list[Case], *, consistency_k: int = 3, seed: int = 0,
+              battery_cases: int = 24) -> dict[str, Any]:
+    """Judge every case, then the bias battery (each row on at most ``battery_cases`` of the cases
+    it applies to, drawn with ``seed``); the report described in the module docstring."""
     if not cases:
         raise ValueError("no labelled cases to calibrate on")
     scores = [check.score_text(c.question, c.answer, c.evidence).score for c in cases]
@@ -127,22 +129,24 @@ def calibrate(check: JudgeCheck, cases: list[Case], *, consistency_k: int = 3, s
         "confusion": table.to_dict(), "kappa": cohen_kappa(labels, verdicts).to_dict(), "by_kind": kinds,
         "self_consistency": {**consistency.to_dict(), "temperature": 1.0},
         "cap": cap_effect([c.answer for c in cases], check.rubric.max_submission_chars),
-        "bias": bias_battery(check, cases, scores, seed=seed),
+        "bias": bias_battery(check, cases, scores, seed=seed, limit=battery_cases),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 
-def bias_battery(check: JudgeCheck, cases: list[Case], scores: list[float], *, seed: int = 0) -> list[dict[str, Any]]:
+def bias_battery(check: JudgeCheck, cases: list[Case], scores: list[float], *, seed: int = 0,
+                 limit: int | None = None) -> list[dict[str, Any]]:
     """Each battery case as the mean score change over the cases it applies to (neutral: good
-    cases, adversarial: bad cases), with a 95 % interval and ``raised`` (how many variants scored
-    higher than their original)."""
+    cases, adversarial: bad cases; at most ``limit`` of them, drawn with ``seed``), with a 95 %
+    interval and ``raised`` (how many variants scored higher than their original)."""
     rows = []
     for bias in battery():
         rng = random.Random(f"{seed}/{bias.name}")
+        applies = [(c, q) for c, q in zip(cases, scores, strict=True) if c.label == (bias.kind == "neutral")]
+        if limit is not None and len(applies) > limit:
+            applies = random.Random(f"{seed}/{bias.name}/draw").sample(applies, limit)
         deltas = []
-        for case, base in zip(cases, scores, strict=True):
-            if case.label != (bias.kind == "neutral"):
-                continue
+        for case, base in applies:
             variant = apply(bias, case.answer, rng=rng, tool_output="", scale=check.rubric.scale)
             evidence = [*case.evidence, variant.tool_output] if variant.tool_output else case.evidence
             deltas.append(check.score_text(case.question, variant.answer, evidence).score - base)

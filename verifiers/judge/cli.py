@@ -61,6 +61,8 @@ def calibrate_command(
     limit: Annotated[int, typer.Option("--limit", min=1, help="tasks whose gold and suite cases are labelled")] = 8,
     split: Annotated[str, typer.Option("--split")] = "test",
     consistency_k: Annotated[int, typer.Option("--consistency-k", min=2, help="samples for self-consistency")] = 3,
+    battery_cases: Annotated[int, typer.Option("--battery-cases", min=1,
+                                               help="cases each bias row is measured on, at most")] = 24,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     env_arg: Annotated[list[str] | None, typer.Option("--env-arg", help="KEY=VALUE, repeatable")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
@@ -89,7 +91,7 @@ def calibrate_command(
         tasks = env.tasks.task_ids(env.split)[:limit]
         try:
             cases = programmatic_cases(env, check, tasks) + (human_cases(labels) if labels else [])
-            report = calibrate(check, cases, consistency_k=consistency_k, seed=seed)
+            report = calibrate(check, cases, consistency_k=consistency_k, seed=seed, battery_cases=battery_cases)
         except (OSError, ValueError) as exc:
             raise fail(str(exc)) from None
     report = {"env_id": env_id, "split": split, "tasks": tasks, **report}
