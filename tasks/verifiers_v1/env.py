@@ -108,8 +108,10 @@ class VerifiersBridge(Env):
         self.answers: list[dict[str, Any]] = []
         #: how the worker runs the taskset: ``taskset``, ``harness``, ``taskset_args``, ``pythonpath``
         self.source: dict[str, Any] = {}
+        self._worker_args = (target, harness, taskset_args or {}, num_tasks)
+        self._startup_timeout_s = startup_timeout_s
         try:
-            self._proc = self._start_worker(target, harness, taskset_args or {}, num_tasks)
+            self._proc = self._start_worker(*self._worker_args)
             ready = self._await_ready(startup_timeout_s)
         except BaseException:
             self.close()
@@ -272,7 +274,12 @@ class VerifiersBridge(Env):
             return []
         if not isinstance(event, ModelCall):
             if event.get("event") == "exit":
-                raise InfraError(f"the Verifiers worker exited ({event.get('code')})\n{self._log_tail()}")
+                why = f"the Verifiers worker exited ({event.get('code')}) after the agent's turn"
+                if self._replay_exits(self.tasks.index_of(episode.task.task_id)):
+                    self._finish(Outcome.FORMAT_ERROR, f"{why}, and again when envhub replayed the episode's "
+                                 "answers on a fresh worker: the answers bring it down")
+                    return []
+                raise InfraError(f"{why}; a replay on a fresh worker did not exit\n{self._log_tail()}")
             self._running = None
             self._finish_with(verdict_of(event["trace"], acted=True, success_reward=self.success_reward,
                                          floor=self.floor))
@@ -314,11 +321,55 @@ class VerifiersBridge(Env):
                 self._send({"op": "cancel", "episode": self._running})
             self._running = None
 
+    def _replay_exits(self, index: int) -> bool:
+        """The worker exited after the agent's turn: a fresh worker runs the same task (``index``) and
+        its harness is answered the episode's answers again, in order. True when it exits again --
+        the answers bring it down, so the episode is the agent's, never infra -- else False (an exit
+        the replay does not reproduce stays infra). Either way a fresh worker is left running."""
+        answers = list(self.answers)
+        self._running, self._pending = None, None
+        if self._session is not None:
+            self._dead_sessions.add(self._session)
+        self._fresh_worker()
+        self._episodes += 1
+        number, self._session = self._episodes, None
+        self._send({"op": "run", "episode": number, "index": index})
+        try:
+            for answer in [*answers, None]:
+                event = self._next(number, self.turn_timeout_s)
+                if not isinstance(event, ModelCall):
+                    exited = event is not None and event.get("event") == "exit"
+                    if exited:
+                        self._fresh_worker()
+                    return exited
+                if answer is None:  # the replay went further than the episode did
+                    event.fail(503, "the replay is over")
+                    return False
+                event.answer(answer["content"], [ToolCall.model_validate(c) for c in answer["tool_calls"]])
+            return False
+        finally:
+            if self._session is not None:
+                self._dead_sessions.add(self._session)
+            self._session = None
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                self._send({"op": "cancel", "episode": number})
+
+    def _fresh_worker(self) -> None:
+        """Stop the worker (its process group) and start a new one for the same taskset."""
+        self._stop_worker()
+        self._proc = self._start_worker(*self._worker_args)
+        self._await_ready(self._startup_timeout_s)
+
     def close(self) -> None:
         """End the episode, stop the worker (its process group) and the relay; idempotent."""
         with contextlib.suppress(Exception):
             self._stop_running()
         super().close()
+        self._stop_worker()
+        self.relay.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _stop_worker(self) -> None:
         proc = getattr(self, "_proc", None)
         if proc is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -331,8 +382,6 @@ class VerifiersBridge(Env):
             if proc.stdout is not None:
                 proc.stdout.close()
             self._proc = None  # type: ignore[assignment]
-        self.relay.close()
-        shutil.rmtree(self._workdir, ignore_errors=True)
 
 
 def _reply_content(text: str, *, parsed_calls: bool) -> str:

@@ -76,6 +76,20 @@ def test_a_reward_that_crashes_on_the_agents_answer_is_the_agents_failure(sums: 
     assert "TaskError" in end.verdict.detail
 
 
+@pytest.mark.slow
+def test_a_worker_that_exits_on_the_agents_answer_again_on_replay_is_the_agents(sums: VerifiersBridge):
+    sums.reset(task_id="sum-1")
+    end = sums.step("die")  # the taskset's reward takes the worker down on this answer
+    assert end.outcome is Outcome.FORMAT_ERROR and "again when envhub replayed" in end.verdict.detail
+    sums.reset(task_id="sum-1")  # a fresh worker plays the next episode
+    assert sums.step("The sum is 2").outcome is Outcome.SUCCESS
+    sums.reset(task_id="sum-1")
+    once = sums.step("once")  # down the first time only: the replay does not reproduce it
+    assert once.outcome is Outcome.ENV_ERROR and "did not exit" in once.verdict.detail
+    sums.reset(task_id="sum-2")
+    assert sums.step("The sum is 4").outcome is Outcome.SUCCESS
+
+
 def test_a_toolset_call_is_one_turn_and_its_result_the_observation(adds: VerifiersBridge):
     obs = adds.reset(task_id="add-1")
     (tool,) = obs.tools

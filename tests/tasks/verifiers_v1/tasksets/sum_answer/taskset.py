@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import verifiers.v1 as vf
 
 
@@ -14,6 +17,13 @@ class SumTask(vf.Task[SumData, vf.State, vf.TaskConfig]):
         words = text.replace(".", " ").split()
         if words and words[-1] == "boom":  # a grader that crashes on what the agent wrote
             raise ValueError(f"cannot read {words[-1]!r}")
+        # a grader that takes its whole process down on what the agent wrote (``die``), or the first
+        # time only (``once``: a marker in the worker's directory), as an outside fault would
+        if words and words[-1] == "die":
+            os._exit(3)
+        if words and words[-1] == "once" and not Path("once-happened").exists():
+            Path("once-happened").touch()
+            os._exit(3)
         return 1.0 if words and words[-1] == str(self.data.answer) else 0.0
 
 
