@@ -23,7 +23,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     """The calibration report as plain lines (what the command prints)."""
     kappa, table, pin = report["kappa"], report["confusion"], report["judge"]
     k = "undefined (" + str(kappa.get("reason")) + ")" if kappa["kappa"] is None else (
-        f"{kappa['kappa']:+.3f}" + _interval(kappa["low"], kappa["high"]))
+        f"{kappa['kappa']:+.3f}" + (_interval(kappa["low"], kappa["high"]) if kappa["low"] is not None
+                                    else f" ({kappa.get('reason')})"))
     lines = [f"judge {pin['model']} (weights {str(pin['weights_sha256'])[:12]}, rubric {pin['rubric_sha256'][:12]}, "
              f"prompt {pin['prompt_sha256'][:12]}, sampling {json.dumps(pin['sampling'], sort_keys=True)})",
              f"{report['cases']} labelled cases, base rate (good) {table['base_rate']:.3f}, judge says good "

@@ -11,7 +11,9 @@ Binary agreement (label good/bad against the judge's verdict good/bad), over ``n
   var = (A + B - C) / (n (1 - pe)^2), A = sum_i p_ii (1 - (p_i. + p_.i)(1 - kappa))^2,
   B = (1 - kappa)^2 sum_{i != j} p_ij (p_.i + p_j.)^2, C = (kappa - pe (1 - kappa))^2;
   the 95 % interval is kappa +- Z95 sqrt(var), clipped to [-1, 1]. pe == 1 (one class on both
-  sides) leaves kappa undefined: None, with the reason.
+  sides) leaves kappa undefined: None, with the reason. One class on one side only (a judge that
+  says the same of every case) makes kappa 0 by construction, and the variance formula a
+  zero-width interval that means nothing: kappa 0 with no interval, and the reason.
 * :func:`mean_difference`: mean m and sample sd s (n - 1) of paired deltas; the 95 % interval is
   m +- t(0.975, n - 1) s / sqrt(n). :func:`t975` is a table for df 1..30 and, beyond, the
   Cornish-Fisher expansion t = z + g1/df + g2/df^2 + g3/df^3 around z = Z95 (error < 1e-5 there).
@@ -139,6 +141,10 @@ def kappa_of(c: Confusion) -> Kappa:
         reason = "labels and verdicts are all one class: chance agreement is 1, kappa is undefined"
         return Kappa(None, None, None, po, pe, n, reason)
     k = (po - pe) / (1 - pe)
+    if called in (0, n) or good in (0, n):  # one side gave one class to every case: kappa is 0, no interval
+        side = "the judge" if called in (0, n) else "the labels"
+        return Kappa(k, None, None, po, pe, n, f"{side} gave one class to every case: kappa is {k:+.3f} "
+                                               "by construction and carries no interval")
     rows, cols = (good / n, 1 - good / n), (called / n, 1 - called / n)
     cells = ((c.tp / n, c.fn / n), (c.fp / n, c.tn / n))
     a = sum(cells[i][i] * (1 - (rows[i] + cols[i]) * (1 - k)) ** 2 for i in (0, 1))

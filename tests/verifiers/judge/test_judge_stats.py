@@ -266,3 +266,14 @@ def test_self_consistency_rejects_bad_shapes():
         self_consistency([[], []])
     with pytest.raises(ValueError, match="same number of samples"):
         self_consistency([[1, 2], [1]])
+
+
+def test_a_judge_with_one_verdict_for_every_case_has_kappa_zero_and_no_interval():
+    # 6 good, 54 bad labels; the judge says bad to all: po = 54/60 = 0.9, pe = 0.9 * 1 + 0.1 * 0 = 0.9,
+    # kappa = 0 -- and the large-sample interval would be [0, 0], which says nothing: none is given
+    labels = [True] * 6 + [False] * 54
+    k = cohen_kappa(labels, [False] * 60)
+    assert k.kappa == pytest.approx(0.0) and k.low is None and k.high is None
+    assert "the judge gave one class to every case" in k.reason
+    flipped = cohen_kappa([True] * 10, [True] * 7 + [False] * 3)  # the labels one class, the judge not
+    assert flipped.kappa == pytest.approx(0.0) and flipped.low is None and "the labels" in flipped.reason
