@@ -4,6 +4,7 @@ verdict, and what moves it (:mod:`envhub.verifiers.judge.calibrate`)."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -59,7 +60,8 @@ def calibrate_command(
     env_id: Annotated[str, typer.Argument(help="an env whose family has a judged quality layer (e.g. envhub/Retrieval-v0)")],
     judge: Annotated[str, typer.Option("--judge", help="hf:NAME_OR_PATH, sglang:URL or openai:URL")],
     labels: Annotated[Path | None, typer.Option("--labels", help="a JSONL file of human labels (see the docs)")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="tasks whose gold and suite cases are labelled")] = 8,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="tasks (drawn from the split with --seed) whose "
+                                                  "gold and suite cases are labelled")] = 8,
     split: Annotated[str, typer.Option("--split")] = "test",
     consistency_k: Annotated[int, typer.Option("--consistency-k", min=2, help="samples for self-consistency")] = 3,
     battery_cases: Annotated[int, typer.Option("--battery-cases", min=1,
@@ -89,7 +91,8 @@ def calibrate_command(
         if not checks:
             raise fail(f"{env_id} has no judged quality layer")
         check = checks[0]
-        tasks = env.tasks.task_ids(env.split)[:limit]
+        ids = env.tasks.task_ids(env.split)
+        tasks = sorted(random.Random(seed).sample(ids, min(limit, len(ids))))  # spread over the split
         try:
             cases = programmatic_cases(env, check, tasks) + (human_cases(labels) if labels else [])
             report = calibrate(check, cases, consistency_k=consistency_k, seed=seed, battery_cases=battery_cases)
