@@ -10,7 +10,8 @@ Contract:
   controls other than ``\\n`` and ``\\t`` (``\\r`` included), DEL and the C1 controls, the bidi
   embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069, plus the marks U+200E, U+200F,
   U+061C) and zero-width characters (U+200B-U+200D, U+2060, U+FEFF). Line and paragraph separators
-  (U+2028, U+2029) and NEL (U+0085) become ``\\n``.
+  (U+2028, U+2029) and NEL (U+0085) become ``\\n``; a lone surrogate (which a JSON ``\\ud800`` escape
+  yields, and no encoder takes) becomes U+FFFD, so the agent cannot make the judge's request fail.
 * The length cap counts characters of the ORIGINAL text. Text longer than ``max_chars`` keeps its
   first 70% and last 30% of ``max_chars`` characters (code points, so a surrogate is never split),
   with a marker line ``[... N characters cut ...]`` between them; ``Quoted`` records the cut, and
@@ -53,7 +54,9 @@ _INVISIBLE = (
 _CONTROLS = (
     [c for c in range(0x20) if chr(c) not in "\n\t"] + [0x7F] + [c for c in range(0x80, 0xA0) if c != 0x85]
 )
-_CLEAN_TABLE: dict[int, str | None] = {c: None for c in _INVISIBLE + _CONTROLS} | _LINE_BREAKS
+#: Lone surrogates (a JSON ``"\\ud800"`` decodes to one): no encoder takes them, so each becomes U+FFFD.
+_SURROGATES = {c: "\ufffd" for c in range(0xD800, 0xE000)}
+_CLEAN_TABLE: dict[int, str | None] = {c: None for c in _INVISIBLE + _CONTROLS} | _LINE_BREAKS | _SURROGATES
 _ESCAPE_TABLE = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;"}
 _ENTITY = re.compile(r"&(amp|lt|gt);")
 _UNESCAPE = {"amp": "&", "lt": "<", "gt": ">"}
@@ -80,7 +83,8 @@ class Quoted:
 
 
 def clean(text: str) -> str:
-    """``text`` without control, bidi and zero-width characters; Unicode line separators as ``\\n``."""
+    """``text`` without control, bidi and zero-width characters; Unicode line separators as ``\\n``;
+    lone surrogates as U+FFFD (so the block always encodes: a judge request never fails on it)."""
     return text.translate(_CLEAN_TABLE)
 
 

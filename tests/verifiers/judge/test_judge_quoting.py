@@ -8,6 +8,7 @@ numbers and its measurement; the strict parsers against a table of replies.
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -289,3 +290,12 @@ def test_prompt_note_tells_the_judge_the_content_is_escaped_data() -> None:
         "characters cut",
     ):
         assert needle in PROMPT_NOTE
+
+
+def test_a_lone_surrogate_cannot_make_the_judges_request_fail() -> None:
+    # a tool call's JSON "\ud800" decodes to a lone surrogate, which no UTF-8 encoder (an HTTP
+    # client, a tokenizer) takes: left in, the agent could turn its answer into a crashed grader
+    text = json.loads('"answer \\ud800 and \\udfff, a real pair \\ud83d\\ude00"')
+    block = quote(text).block
+    assert "\ud800" not in block and "\udfff" not in block and "\ufffd" in block and "\U0001f600" in block
+    block.encode("utf-8")  # raises if anything unencodable were left
