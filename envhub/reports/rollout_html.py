@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from envhub.reports.data import Group, RunData
+from envhub.reports.judge_html import SECTION as JUDGE_SECTION
 from envhub.reports.tables import Section, html_table, img, num, seed_rows, seed_table
 from envhub.reports.transcript import esc, transcript
 from envhub.types import Outcome, OutcomeClass, TrajectoryRecord
@@ -176,5 +177,6 @@ SECTIONS: list[Section[RunData]] = [
     Section("cost", "Cost per success and time split", _cost),
     Section("slowest", "Slowest episodes", _slowest),
     Section("failing", "Failing tasks", _failing),
+    JUDGE_SECTION,
     Section("examples", "Example episodes", _examples),
 ]

@@ -16,6 +16,9 @@ from envhub.adapters.engines.scripted import ScriptedEngine
 from envhub.adapters.tito import TitoServer, create_app
 from envhub.cli import app
 from envhub.judges import close_shared_judge_engines
+from envhub.policies import make_policy
+from envhub.reports.html import write_report
+from envhub.rollout.runner import run_rollouts
 from envhub.verifiers.judge.calibrate import Case, calibrate, human_cases
 from envhub.verifiers.judge.check import JudgeCheck, JudgeSettings
 from envhub.verifiers.judge.latest import latest_calibration
@@ -99,6 +102,12 @@ def test_calibrate_on_the_retrieval_family_with_a_real_tiny_judge(tmp_path, monk
     assert listed.exit_code == 0 and f"on {report['cases']} cases" in listed.output and f"hf:{judge}" in listed.output
     no_judge = runner.invoke(app, ["judge", "calibrate", "envhub/Computation-v0", "--judge", f"hf:{judge}"])
     assert no_judge.exit_code == 2 and "takes no judge" in no_judge.output
+    run = tmp_path / "run"  # a run judged by the same judge: its report finds that calibration
+    run_rollouts("envhub/Retrieval-v0", policy=make_policy("gold"), episodes=2, out_dir=run, split="test",
+                 env_kwargs={"judge": f"hf:{judge}"})
+    html = write_report(run).html.read_text(encoding="utf-8")
+    assert 'id="judge"' in html and "It was made with this judge (the same pin)." in html
+    assert "Scored: 2 episodes" in html and "injection_plain" in html
 
 
 def test_envhub_verify_runs_the_battery_on_a_judged_env_and_flags_what_moves_the_judge():
@@ -122,3 +131,16 @@ def test_envhub_verify_runs_the_battery_on_a_judged_env_and_flags_what_moves_the
     assert rows["judge:injection_encoded"]["violations"] == [] and rows["judge:injection_encoded"]["tasks"] == 1
     assert rows["judge:length_padding"]["violations"] == [] and rows["judge:length_padding"]["expect"] == "no change"
     assert report.violations == 1
+
+
+def test_the_report_says_when_a_judge_was_never_calibrated_or_calibrated_as_another(tmp_path, monkeypatch):
+    from envhub.reports.judge_html import _calibration
+    from envhub.verifiers.judge.latest import store_calibration
+
+    monkeypatch.setenv("ENVHUB_CACHE", str(tmp_path))
+    pin = {"model": "hf:a", "weights_sha256": "aa", "prompt_sha256": "p", "rubric_sha256": "r", "sampling": {"k": 1}}
+    assert "never calibrated" in _calibration("test/Env-v0", pin)
+    store_calibration("test/Env-v0", {"judge": {**pin, "weights_sha256": "bb"}, "cases": 10, "date": "2026-12-05",
+                                      "kappa": {"kappa": 0.5, "low": 0.1, "high": 0.9}, "bias": []})
+    other = _calibration("test/Env-v0", pin)
+    assert "made with another judge" in other and "weights_sha256" in other and "+0.500 [+0.100, +0.900]" in other
