@@ -24,6 +24,9 @@ from envhub.rollout.stats import spread
 from .calibrate import Case, programmatic_cases
 from .check import JudgeCheck
 
+#: Below this median speed-up the bench says batching did not help.
+HELPED = 1.2
+
 
 @dataclass(frozen=True)
 class JudgeBenchSettings:
@@ -77,10 +80,15 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     def fig(f: dict[str, Any]) -> str:
         return f"{f['median']:.2f} [{f['min']:.2f}, {f['max']:.2f}]"
 
-    return [f"judge {s['judge']} on {result['cases']} cases of {s['env_id']}, {s['rounds']} rounds (order alternating)",
-            f"  one at a time      {fig(result['one_at_a_time'])} judged/s",
-            f"  {s['concurrency']} concurrent       {fig(result['concurrent'])} judged/s",
-            f"  concurrent / one at a time: {fig(ratio)}x (median [min, max] over the rounds)"]
+    lines = [f"judge {s['judge']} on {result['cases']} cases of {s['env_id']}, {s['rounds']} rounds (order alternating)",
+             f"  one at a time      {fig(result['one_at_a_time'])} judged/s",
+             f"  {s['concurrency']} concurrent       {fig(result['concurrent'])} judged/s",
+             f"  concurrent / one at a time: {fig(ratio)}x (median [min, max] over the rounds)"]
+    if ratio["median"] < HELPED:
+        lines.append("  Batching did NOT help here: a judge call is one prompt's prefill and a single token, and where "
+                     "the prefill is compute-bound (a CPU) a batch of prefills costs what they cost one by one, plus "
+                     "padding; judge concurrently on a GPU or a server with prefix caching")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
