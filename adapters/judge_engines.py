@@ -11,8 +11,12 @@ hosted model).
 * :class:`ChatJudgeEngine` sends the messages to ``/v1/chat/completions`` and returns the reply.
 
 The engines return text; the judge parses it strictly (:mod:`envhub.verifiers.judge.quoting`).
-Only a judge that cannot be reached -- a connection error, a timeout, a server error -- after
-``retries`` tries raises :class:`~envhub.errors.EngineError` (``engine_error``: infra).
+A prompt the judge refuses (over its context: the quoted submission is capped in characters, not
+tokens; an HTTP 400 or 413 of a chat server) comes back as a reply that is not the answer form --
+scored 0 and counted, never infra, since the submission is in it. Only a judge that cannot be
+reached -- a connection error, a timeout, a server error -- after ``retries`` tries, or one that
+refuses every request (401, 403, 404: its configuration), raises :class:`~envhub.errors.EngineError`
+(``engine_error``: infra).
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envhub.errors import EngineError
+from envhub.errors import ContextOverflowError, EngineError
 from envhub.judges import weights_sha256
 
 CHAT_MAX_TOKENS = 16
+#: How a reply reads when the judge refused the prompt itself (over its context, HTTP 400/413): not the
+#: answer form, so it is unparseable -- scored 0 and counted, never infra: the submission is in the prompt.
+REFUSED = "(the judge refused this prompt)"
 
 
 class TokenJudgeEngine:
@@ -49,7 +56,10 @@ class TokenJudgeEngine:
         from envhub.adapters.engines.base import SamplingParams
 
         params = SamplingParams(max_new_tokens=1, temperature=temperature, seed=seed)
-        result = self.engine.generate(self.prompt_ids(messages, reply_prefix), params)
+        try:
+            result = self.engine.generate(self.prompt_ids(messages, reply_prefix), params)
+        except ContextOverflowError as exc:  # the quoted text is capped in characters, not tokens
+            return f"{REFUSED} {exc}"
         if result.finish_reason == "abort":
             raise EngineError("the judge's engine aborted the request")
         return reply_prefix + self.tokenizer.decode(result.token_ids, skip_special_tokens=False)
@@ -106,6 +116,10 @@ class ChatJudgeEngine:
             if response.status_code >= 500 or response.status_code == 429:
                 last = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
+            if response.status_code in (400, 413) and path.endswith("/completions"):
+                # this prompt refused (too long for the context, say): the quoted text may be why
+                return {"choices": [{"message": {"content": f"{REFUSED} HTTP {response.status_code}: "
+                                                            f"{response.text[:200]}"}}]}
             if response.status_code >= 400:  # our request is wrong: retrying will not help
                 raise EngineError(
                     f"the judge at {self.base_url} refused the request: HTTP {response.status_code}: "

@@ -154,3 +154,17 @@ def test_a_chat_judge_over_http_is_parsed_strictly_and_an_unreachable_one_is_eng
     unreachable = verifier(f"openai:{dead}", options={"model": "m", "retries": 2, "backoff_s": 0.01})
     verdict = unreachable.verify(TASK, {"answer": "Paris"})
     assert verdict.outcome is Outcome.ENGINE_ERROR and "could not be reached" in verdict.detail
+
+
+def test_a_prompt_over_the_judges_context_is_an_unparseable_zero_never_infra(one_torch_thread):
+    # the quoted submission is capped in characters, not tokens: text the agent wrote can still make
+    # the prompt too long for the judge -- its failure, scored 0 and counted, never a grader crash
+    tiny = verifier(f"hf:{build_tiny_model()}", options={"max_context": 64})
+    verdict = tiny.verify(TASK, {"answer": "Paris"})
+    assert (verdict.outcome, verdict.reward) == (Outcome.SUCCESS, pytest.approx(0.8))
+    judged = verdict.layers[-1]
+    assert judged.details["unparseable"] == 1 and "refused this prompt" in judged.details["replies"][0]
+    tok = smollm2_tokenizer()
+    with LocalServer(create_app(TitoServer(ScriptedEngine(tok, lambda prompt: "SCORE: 2", max_context=64), tok))) as url:
+        chat = verifier(f"openai:{url}/v1").verify(TASK, {"answer": "Paris"})
+    assert chat.outcome is Outcome.SUCCESS and chat.layers[-1].details["unparseable"] == 1, chat.layers[-1].details
