@@ -142,7 +142,9 @@ class VerifiersBridge(Env):
                "--base-url", self.relay.base_url, "--max-tasks", str(num_tasks)]
         log = open(self._log_path, "ab")  # noqa: SIM115 - the worker holds it
         try:
-            proc = popen(cmd, cwd=self._workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+            # a directory of its own each start: a replay's worker finds nothing the last one left there
+            cwd = tempfile.mkdtemp(prefix="worker-", dir=self._workdir)
+            proc = popen(cmd, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                          start_new_session=True, preexec_fn=die_with_parent, env=env)
         finally:
             log.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -83,6 +84,8 @@ def test_a_worker_that_exits_on_the_agents_answer_again_on_replay_is_the_agents(
     assert end.outcome is Outcome.FORMAT_ERROR and "again when envhub replayed" in end.verdict.detail
     sums.reset(task_id="sum-1")  # a fresh worker plays the next episode
     assert sums.step("The sum is 2").outcome is Outcome.SUCCESS
+    marker = Path(tempfile.gettempdir()) / f"envhub-sum-answer-once-{os.getpid()}"  # the taskset's "once"
+    marker.unlink(missing_ok=True)
     sums.reset(task_id="sum-1")
     once = sums.step("once")  # down the first time only: the replay does not reproduce it
     assert once.outcome is Outcome.ENV_ERROR and "did not exit" in once.verdict.detail

@@ -1,4 +1,5 @@
 import os
+import tempfile
 from pathlib import Path
 
 import verifiers.v1 as vf
@@ -18,11 +19,13 @@ class SumTask(vf.Task[SumData, vf.State, vf.TaskConfig]):
         if words and words[-1] == "boom":  # a grader that crashes on what the agent wrote
             raise ValueError(f"cannot read {words[-1]!r}")
         # a grader that takes its whole process down on what the agent wrote (``die``), or the first
-        # time only (``once``: a marker in the worker's directory), as an outside fault would
+        # time only (``once``: a marker beside the bridge's process, which every worker it starts
+        # shares -- a worker's own directory is new each start), as an outside fault would
         if words and words[-1] == "die":
             os._exit(3)
-        if words and words[-1] == "once" and not Path("once-happened").exists():
-            Path("once-happened").touch()
+        marker = Path(tempfile.gettempdir()) / f"envhub-sum-answer-once-{os.getppid()}"
+        if words and words[-1] == "once" and not marker.exists():
+            marker.touch()
             os._exit(3)
         return 1.0 if words and words[-1] == str(self.data.answer) else 0.0
 
