@@ -278,17 +278,19 @@ def report_lines(result: dict[str, Any]) -> list[str]:
                          f"{val['strict_success']:>7.3f}/{val['episodes']:<3} {sum(f['trained_samples']):>8}")
     lines.append("")
     for row in result["latencies"]:
-        lines.append(verdict(row))
+        lines.append(verdict(row, int(result["settings"].get("max_staleness", 1))))
     return lines
 
 
-def verdict(row: dict[str, Any]) -> str:
+def verdict(row: dict[str, Any], max_staleness: int = 1) -> str:
     lat, sp, a = row["latency_s"], row["speedup"], row["async"]
     said = (f"latency {lat:g} s: async {_range(sp, '.2f')}x the trained samples per hour of sync, mean lag "
             f"{a['version_lag_mean']['median']:.2f} versions, validation "
             f"{'within' if row['validation_within_noise'] else 'NOT within'} noise of sync")
     if not row["helped"]:
-        why = ("no tool latency: the step is compute-bound, nothing to overlap" if lat == 0 else
+        why = ("max_staleness 0: no sample may be trained a version late, so rollouts wait for every update "
+               "and nothing overlaps" if max_staleness == 0 else
+               "no tool latency: the step is compute-bound, nothing to overlap" if lat == 0 else
                "the model's compute dominates the step: the overlap saves little")
         said += f". Async did NOT help here ({why}); use rollout.mode: sync"
     if "target" in row:

@@ -81,3 +81,13 @@ def test_the_smallest_bench_trains_the_same_samples_in_both_modes(tmp_path):
     assert [v.split(":")[0] for v in verdicts] == ["latency 0 s", "latency 0.2 s"]
     for row, line in zip(result["latencies"], verdicts, strict=True):
         assert ("Async did NOT help here" in line) == (not row["helped"])
+
+
+def test_the_verdict_names_why_async_did_not_help():
+    from envhub.trainer.bench_async import verdict
+
+    row = {"latency_s": 1.0, "speedup": {"median": 0.99, "min": 0.99, "max": 0.99},
+           "async": {"version_lag_mean": {"median": 0.0}}, "validation_within_noise": True, "helped": False}
+    assert "max_staleness 0: no sample may be trained a version late" in verdict(row, max_staleness=0)
+    assert "the model's compute dominates the step" in verdict(row, max_staleness=1)
+    assert "no tool latency" in verdict({**row, "latency_s": 0.0}, max_staleness=1)
