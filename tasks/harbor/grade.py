@@ -192,7 +192,17 @@ class HarborVerifier:
         agent.root("kill -9 -1 2>/dev/null; sleep 0.2; true")  # a still snapshot; best effort
         dirs = work_dirs(agent.image, self.task, [d for d in self.extra_work_dirs if not is_system_dir(d)])
         skip = search_dirs(agent.image, self.task)
-        grader = Container(agent.image, self.task, phase="grader")
+        try:
+            grader = Container(agent.image, self.task, phase="grader")
+        except InfraError:
+            if not acted:
+                raise
+            # it would not start beside the agent's container (whose disk use no limit bounds): with
+            # that gone, one that starts says the agent's footprint was why; one that does not is infra
+            agent.remove()
+            fresh.append(Container(agent.image, self.task, phase="grader"))
+            return self._wrong("no grading container would start beside the agent's (its footprint: a full disk, "
+                               "say); one started once the agent's container was removed", None)
         fresh.append(grader)
         copied: dict[str, Any] = {}
         left = WORK_LIMIT_BYTES
@@ -227,6 +237,7 @@ class HarborVerifier:
         ran, seconds = self._run_tests(container)
         log = ran.text[-4000:]
         if ran.timed_out:
+            container.remove()  # nothing of the agent's may occupy the host while the pristine run is timed
             return self._timed_out(container.image, log, fresh)
         reward, why = read_reward(container)
         if reward is None:

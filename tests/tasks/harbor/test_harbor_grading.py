@@ -211,3 +211,30 @@ def test_a_timeout_is_the_agents_unless_the_tests_time_out_on_a_pristine_contain
         ran = env.play("slow", env.gold_actions)
         assert ran.outcome is Outcome.VERIFIER_ERROR, ran.detail
         assert ran.layers[0].details["pristine_timed_out"] is True and "too slow for its budget" in ran.detail
+
+
+@docker
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_grading_container_that_starts_only_once_the_agents_is_gone_is_the_agents_failure(tmp_path, monkeypatch):
+    # storage_mb is not enforced: an agent can fill the disk so that no grading container starts beside
+    # its own. The first grader start is made to fail as it would then; the retry, with the agent's
+    # container removed, starts -- so the failure was the agent's footprint, never infra
+    from envhub.errors import InfraError
+    from envhub.tasks.harbor import container as container_module
+
+    real_init = container_module.Container.__init__
+    failed: list[str] = []
+
+    def crowded(self, image, task, *, start_timeout_s=120.0, phase="agent"):
+        if phase == "grader" and not failed:
+            failed.append(phase)
+            raise InfraError("no space left on device (injected)")
+        real_init(self, image, task, start_timeout_s=start_timeout_s, phase=phase)
+
+    task = task_copy("hello", tmp_path / "crowded")
+    with envhub.make(f"harbor:{task}") as env:
+        monkeypatch.setattr(container_module.Container, "__init__", crowded)
+        ran = env.play("crowded", env.gold_actions)
+    assert failed == ["grader"] and ran.outcome is Outcome.WRONG_ANSWER, ran.detail
+    assert "once the agent's container was removed" in ran.detail
