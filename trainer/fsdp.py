@@ -46,6 +46,7 @@ __all__ = [
     "optimizer_state",
     "reshard_after_forward_only",
     "shard_model",
+    "shutdown_distributed",
 ]
 
 
@@ -325,6 +326,14 @@ def all_gather_lists(items: list[Any], dist_info: DistInfo) -> list[Any]:
     gathered: list[Any] = [None] * dist_info.world_size
     dist.all_gather_object(gathered, list(items))
     return [x for part in gathered for x in part]
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group :func:`init_distributed` joined (no-op without one). A rank that exits
+    with the group still up can abort at interpreter exit (gloo's threads: "terminate called without an
+    active exception", SIGABRT) and turn a finished run into a failed launch."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def barrier(dist_info: DistInfo) -> None:

@@ -423,3 +423,4 @@ def train(config: TrainConfig, *, resume: bool = False,
         return trainer.run()
     finally:
         trainer.close()
+        fsdp.shutdown_distributed()

@@ -77,6 +77,7 @@ def _rank_main(config_path: str, out_dir: str, *flags: str) -> int:
                 "owns_buffer": trainer.buffer is not None, "ran_producer": trainer._stopped is not None}
     finally:
         trainer.close()
+        fsdp.shutdown_distributed()
     path = Path(out_dir) / f"rank{seen['rank']}.json"
     path.write_text(json.dumps(seen))
     return 0

@@ -332,6 +332,7 @@ except Exception as exc:
 out["calls"] = calls
 with open(f"{sys.argv[1]}/rank{info.rank}.json", "w") as f:
     json.dump(out, f)
+fsdp.shutdown_distributed()
 """
 
 
