@@ -29,6 +29,8 @@ class TrainingSample:
     engine_logprobs: list[float]
     advantage: float = 0.0
     loss_weight: float = 1.0
+    #: the GRPO group the sample was sampled in ("" where there is none, as in SFT)
+    group_id: str = ""
 
     @property
     def sampled_tokens(self) -> int:

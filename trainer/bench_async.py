@@ -71,6 +71,8 @@ class AsyncBenchSettings:
     lr: float = 0.03
     threads: int = 1
     seed: int = 0
+    #: ``algorithm.mismatch.normalize`` of both modes (``group``: the decoupled weights never tilt a group)
+    normalize: str = "none"
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in (
@@ -101,7 +103,8 @@ def trainer_config(s: AsyncBenchSettings, mode: str, latency: float, model: Path
                 "args": {"latency_s": latency}},
         "sampling": {"max_new_tokens": s.max_new_tokens, "temperature": 1.0},
         "rollout": rollout,
-        "algorithm": {"loss": "grpo", "drop_zero_variance": False, "mismatch": {"mode": "decoupled"}},
+        "algorithm": {"loss": "grpo", "drop_zero_variance": False,
+                      "mismatch": {"mode": "decoupled", "normalize": s.normalize}},
         "optim": {"lr": s.lr, "micro_batch_size": batch, "schedule": "constant", "grad_clip": 1.0},
         "eval": {"every": 0, "episodes": s.eval_episodes, "temperature": 1.0},
         "steps": s.steps, "seed": s.seed, "threads": s.threads, "checkpoint_every": s.steps + 1,
@@ -112,7 +115,8 @@ def trainer_config(s: AsyncBenchSettings, mode: str, latency: float, model: Path
 
 #: Step-line figures a child keeps beside its timings (the update's health and the async staleness).
 DIAGNOSTICS = ("loss", "grad_norm", "entropy", "clip_fraction", "ratio_mean", "ratio_max", "trainer_engine_gap",
-               "informative_groups", "async_stale_reweighted", "async_version_lag_max")
+               "informative_groups", "async_stale_reweighted", "async_version_lag_max", "is_weight_mean",
+               "is_group_tilt")
 
 def child_main(config_path: Path, out_path: Path) -> int:
     from envhub.store import write_json_atomic
@@ -319,6 +323,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--threads", type=int, default=d.threads, help="torch/OpenMP threads of each run")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--normalize", choices=("none", "group"), default=d.normalize,
+                   help="algorithm.mismatch.normalize of both modes")
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
     p.add_argument("--work-dir", type=Path, default=None, help="keep the runs and logs here (default: a temp dir)")
     return p
@@ -336,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             latencies=tuple(args.latency) if args.latency else AsyncBenchSettings.latencies,
             group_size=args.group_size, groups_per_step=args.groups_per_step, max_new_tokens=args.max_new_tokens,
             max_staleness=args.max_staleness, eval_episodes=args.eval_episodes, lr=args.lr, threads=args.threads,
-            seed=args.seed)
+            seed=args.seed, normalize=args.normalize)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

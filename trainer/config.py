@@ -82,13 +82,16 @@ class MismatchConfig(_Section):
     ``bypass``: the engine's logprobs are the old policy of the PPO ratio (one forward pass less).
     ``decoupled``: the old policy is recomputed by the trainer before the update, and the engine
     mismatch is corrected by importance weights pi_old/pi_engine, truncated (``truncate``) or
-    zeroed (``mask``) above ``cap``, per token or per sequence.
+    zeroed (``mask``) above ``cap``, per token or per sequence. ``normalize: group`` rescales the weights
+    within each GRPO group to a mean of 1 and re-centres its advantages on the weighted mean reward, so the
+    weights never tilt a group's zero-sum advantages (:func:`envhub.trainer.grpo.group_normalized_weights`).
     """
 
     mode: Literal["bypass", "decoupled"] = "bypass"
     level: Literal["token", "sequence"] = "token"
     weight: Literal["truncate", "mask"] = "truncate"
     cap: float = Field(2.0, gt=0)
+    normalize: Literal["none", "group"] = "none"
 
 
 class AlgorithmConfig(_Section):

@@ -13,7 +13,8 @@ Pipeline, in the order the loop calls it:
 2. ``group_advantages(rewards[keep], group_index[keep])`` -> A over the kept members only (the
    caller applies ``keep`` before, so excluded episodes never shift a group's mean or std).
 3. ``token_logprobs`` for the current policy (with grad), the old policy and the reference.
-4. ``mismatch_weights`` (decoupled mode only): trainer-old vs engine logprob correction.
+4. ``mismatch_weights`` (decoupled mode only): trainer-old vs engine logprob correction, optionally
+   ``group_normalized_weights`` (self-normalized within each group, the advantages re-centred to match).
 5. ``policy_loss`` by name (``LOSSES``) with an optional ``kl_k3`` term; ``entropy`` for stats.
 
 Off-policy modes. Bypass: the engine's sampled logprobs are the old policy (``old_logp``) and
@@ -196,6 +197,36 @@ def mismatch_weights(old_logp: Tensor, engine_logp: Tensor, mask: Tensor, *, lev
                     is_capped_fraction=_masked_mean(over.float(), on),
                     mismatch_abs_mean=_masked_mean(diff.abs(), on))
     return w, stats
+
+
+def group_normalized_weights(sequence_weights: Tensor, advantages: Tensor, group_index: Tensor) -> tuple[
+        Tensor, Tensor, dict[str, float]]:
+    """Self-normalized mismatch weights per group, with the matching weighted baseline.
+
+        m_g  = mean_{i in g} w_i                    (w_i: sample i's weight, its mask tokens' mean)
+        s_i  = 1 / m_g                              (the factor for i's token weights: a group's mean 1)
+        c_g  = mean_{i in g} (w_i / m_g) A_i        (the tilt: 0 when every weight in g is equal)
+        A'_i = A_i - c_g
+
+    so that sum_{i in g} (w_i / m_g) A'_i = 0: the weights rescale a group's samples against each
+    other but never tilt its zero-sum advantages toward pushing down (or up) what was sampled. With
+    A_i = (r_i - mean_g r) / std_g this is the self-normalized importance-sampling estimate with the
+    weighted mean reward as the baseline, A'_i = (r_i - sum w r / sum w) / std_g. A group whose weights
+    are all 0 (``mask`` weights over the cap) keeps s = 1 and A. Returns (s [N], A' [N], stats):
+    is_group_tilt = mean over groups of |c_g|.
+    """
+    inverse, n_groups = _group_ids(group_index)
+    dtype = torch.promote_types(torch.promote_types(sequence_weights.dtype, advantages.dtype), torch.float32)
+    w, a = sequence_weights.to(dtype), advantages.to(dtype)
+    zeros = w.new_zeros(n_groups)
+    count = zeros.index_add(0, inverse, torch.ones_like(w))
+    mean = zeros.index_add(0, inverse, w) / count.clamp(min=1)
+    alive = mean > 0
+    scale = torch.where(alive, 1.0 / torch.where(alive, mean, 1.0), 1.0)
+    tilt = zeros.index_add(0, inverse, w * scale[inverse] * a) / count.clamp(min=1)
+    tilt = torch.where(alive, tilt, 0.0)
+    stats = _floats(is_group_tilt=tilt.abs().mean() if n_groups else 0.0)
+    return scale[inverse], a - tilt[inverse], stats
 
 
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, loss: str = "grpo",

@@ -106,6 +106,9 @@ def check_config(config: TrainConfig) -> list[str]:
     if mismatch.mode == "decoupled" and mismatch.weight == "mask" and mismatch.cap <= 1.0:
         problems.append(f"algorithm.mismatch.cap is {mismatch.cap} with weight 'mask': every token whose engine and "
                         "trainer probabilities agree (ratio ~1) would be masked; use a cap above 1 (2 is usual)")
+    if mismatch.normalize == "group" and mismatch.mode != "decoupled":
+        problems.append("algorithm.mismatch.normalize is group but mode is bypass: there are no importance weights "
+                        "to normalize; set algorithm.mismatch.mode: decoupled")
     if sampling.max_new_tokens > rollout.max_response_tokens:
         problems.append(f"sampling.max_new_tokens ({sampling.max_new_tokens}) exceeds rollout.max_response_tokens "
                         f"({rollout.max_response_tokens}): no first turn would fit the response budget")

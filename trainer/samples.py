@@ -65,5 +65,5 @@ def training_samples(records: Sequence[TrajectoryRecord], classes: Sequence[str]
         r = records[i]
         if sum(r.response_mask) > 0:
             samples.append(TrainingSample(r.episode_id, r.prompt_ids, r.response_ids, r.response_mask,
-                                          r.response_logprobs, float(advantage), float(weight[i])))
+                                          r.response_logprobs, float(advantage), float(weight[i]), r.group_id))
     return samples, {**stats, "audit_dropped": dropped, "weight_version_lag": lag}

@@ -87,6 +87,8 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler:
     algo, optim, compute = config.algorithm, config.optim, COMPUTE_DTYPES[config.dtype]
     old = [[old_logprobs(model, mb, config, reference, temperature) for mb in m] for m in micro]
     stats = StepStats()
+    if algo.mismatch.normalize == "group":
+        old = normalize_within_groups(micro, old, stats)
     updates = 0
     for m, olds in zip(micro, old, strict=True):
         totals = fsdp.all_reduce_sum({"seq": float(sum(int((mb.mask > 0).any(dim=1).sum()) for mb in m)),
@@ -145,6 +147,31 @@ def old_logprobs(model: torch.nn.Module, mb: MicroBatch, config: TrainConfig, re
     return old, weights, ref, stats
 
 
+def normalize_within_groups(micro: list[list[MicroBatch]], old: list[list[tuple]], stats: StepStats) -> list[list[tuple]]:
+    """The step's decoupled weights self-normalized per GRPO group, over all its micro-batches (a group's
+    members may sit in several; every rank holds whole groups): each row's token weights times its
+    group's factor, and ``mb.advantages`` re-centred in place (:func:`grpo.group_normalized_weights`)."""
+    rows = [(mb, i) for m in micro for mb in m for i, s in enumerate(mb.samples) if s.group_id]
+    weights = {id(mb): entry[1] for m, olds in zip(micro, old, strict=True)
+               for mb, entry in zip(m, olds, strict=True)}
+    if not rows or any(weights[id(mb)] is None for mb, _ in rows):
+        return old
+    on = {id(mb): mb.mask > 0 for m in micro for mb in m}
+    sequence = torch.stack([(weights[id(mb)][i] * on[id(mb)][i]).sum() / on[id(mb)][i].sum().clamp(min=1)
+                            for mb, i in rows]).cpu()
+    advantages = torch.stack([mb.advantages[i] for mb, i in rows]).cpu()
+    groups = {g: n for n, g in enumerate(dict.fromkeys(mb.samples[i].group_id for mb, i in rows))}
+    index = torch.tensor([groups[mb.samples[i].group_id] for mb, i in rows])
+    scale, centred, tilt = grpo.group_normalized_weights(sequence, advantages, index)
+    stats.add(tilt, float(len(groups)))
+    factors: dict[int, torch.Tensor] = {}
+    for (mb, i), factor, advantage in zip(rows, scale.tolist(), centred.tolist(), strict=True):
+        factors.setdefault(id(mb), torch.ones(len(mb.samples)))[i] = factor
+        mb.advantages[i] = advantage
+    return [[(o, w * factors[id(mb)].to(w)[:, None] if id(mb) in factors else w, r, st)
+             for mb, (o, w, r, st) in zip(m, olds, strict=True)] for m, olds in zip(micro, old, strict=True)]
+
+
 def advance_schedule(scheduler: Any) -> None:
     """One schedule position without an optimizer step (torch warns about that order; here it is meant)."""
     with warnings.catch_warnings():
@@ -171,7 +198,7 @@ def pad_to_same_count(batches: list[MicroBatch], dist: fsdp.DistInfo, pad_id: in
 
 #: Statistics every rank reports (a collective needs the same keys everywhere).
 STAT_KEYS = ("clip_fraction", "dual_clip_fraction", "ratio_mean", "kl", "entropy", "trainer_engine_gap",
-             "is_weight_mean", "is_capped_fraction", "mismatch_abs_mean", "grad_norm")
+             "is_weight_mean", "is_capped_fraction", "mismatch_abs_mean", "is_group_tilt", "grad_norm")
 MAX_KEYS = ("ratio_max", "is_weight_max")
 
 

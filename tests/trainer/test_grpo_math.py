@@ -9,6 +9,7 @@ from envhub.trainer.grpo import (
     LOSSES,
     entropy,
     group_advantages,
+    group_normalized_weights,
     kl_k3,
     mismatch_weights,
     policy_loss,
@@ -151,6 +152,34 @@ def test_mismatch_weights_sequence_level():
     w, _ = mismatch_weights(old, engine, mask, level="sequence", mode="mask", cap=2.0)
     close(w, [[1.8, 1.8, 0], [0, 0, 0], [0, 0, 0]])
     assert not w.requires_grad
+
+
+def test_group_normalized_weights_rescale_but_never_tilt():
+    # group 0: weights 0.5 on the right answers (A > 0), 1.5 on the wrong ones: a raw sum of w A < 0
+    w = t(0.5, 0.5, 1.5, 1.5, 1.0, 2.0, 0.0, 0.0)
+    a = t(1.0, 1.0, -1.0, -1.0, 0.7, -0.7, 1.0, -1.0)
+    group = torch.tensor([5, 5, 5, 5, 9, 9, 2, 2])
+    assert float((w[:4] * a[:4]).sum()) == pytest.approx(-2.0)
+    scale, centred, stats = group_normalized_weights(w, a, group)
+    # group 0: mean 1, scale 1, tilt (0.5 + 0.5 - 1.5 - 1.5) / 4 = -0.5; group 1: mean 1.5, tilt
+    # (1/1.5 * 0.7 - 2/1.5 * 0.7) / 2 = -0.7/3; group 2: weights all 0 -> left alone
+    close(scale, [1, 1, 1, 1, 1 / 1.5, 1 / 1.5, 1, 1])
+    close(centred, [1.5, 1.5, -0.5, -0.5, 0.7 + 0.7 / 3, -0.7 + 0.7 / 3, 1.0, -1.0])
+    assert stats["is_group_tilt"] == pytest.approx((0.5 + 0.7 / 3 + 0) / 3)
+    for g in (5, 9):
+        on = group == g
+        assert float((w[on] * scale[on] * centred[on]).sum()) == pytest.approx(0.0, abs=1e-6)
+        assert float((w[on] * scale[on]).mean()) == pytest.approx(1.0)
+    # the self-normalized estimate: group 0's A = 2 (r - mean r) for rewards 1, 1, 0, 0, and A' = 2 (r - b)
+    # with b the weighted mean reward
+    r = t(1.0, 1.0, 0.0, 0.0)
+    baseline = float((w[:4] * r).sum() / w[:4].sum())
+    close(centred[:4], 2 * (r - baseline))
+    # equal weights change nothing
+    scale, centred, stats = group_normalized_weights(t(0.8, 0.8, 0.8), t(1.0, 0.0, -1.0), torch.tensor([0, 0, 0]))
+    close(scale, [1.25] * 3)
+    close(centred, [1.0, 0.0, -1.0])
+    assert stats["is_group_tilt"] == pytest.approx(0.0)
 
 
 # -- losses -----------------------------------------------------------------------------------------
