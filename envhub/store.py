@@ -17,7 +17,7 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +156,24 @@ class JsonlStore:
                     os.ftruncate(self._fd, size)
                 raise StoreWriteError(self.path, exc) from exc
             self.keys.add(key)
+
+    def rewrite(self, drop: Callable[[str], bool]) -> int:
+        """Remove the records whose key ``drop`` names, in one atomic replacement of the file (a kill
+        leaves the old file or the new one, whole) while appends wait; returns how many went."""
+        with self._lock:
+            if self._fd is None:
+                raise RuntimeError("store is not open")
+            gone = {key for key in self.keys if drop(key)}
+            if not gone:
+                return 0
+            with atomic_path(self.path) as tmp, open(tmp, "wb") as out:
+                for n, raw in jsonl_lines(self.path):
+                    if parse_record(self.path, n, raw)[self.key] not in gone:
+                        out.write(raw)
+            os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.keys -= gone
+            return len(gone)
 
     def close(self) -> None:
         with self._lock:

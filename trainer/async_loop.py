@@ -82,6 +82,7 @@ class AsyncTrainer(Trainer):
         self.buffer: async_resume.BufferLog | None = None  # rank 0's
         self.resumed: async_resume.Resumed | None = None  # rank 0's
         self._taken: Taken | None = None
+        self._taken_entries: list[tuple[int, list[str]]] = []  # rank 0's: (step, its batch's buffer entries)
         self._stale: dict[str, float] = {}
         self._stopped: dict[str, Any] | None = None  # the producer's snapshot once it stopped
         self._aborted_seen = 0  # the SGLang engine's aborted (and reissued) requests at the last record
@@ -147,6 +148,7 @@ class AsyncTrainer(Trainer):
                 if self.producer is None:
                     self.producer = self._start_producer()
                 self._taken = self.producer.take()
+                self._taken_entries.append((step, self._taken.entries))
                 if step >= self.config.steps:
                     self.stop_rollouts()
             except BaseException as exc:
@@ -236,6 +238,8 @@ class AsyncTrainer(Trainer):
                         else self._stopped or self.resumed.snapshot())
             extra = {async_resume.ASYNC_FILE: snapshot}
         ckpt.save(self.run_dir, self.state, self.models, self.dist, keep=self.config.keep_checkpoints, extra=extra)
+        if self.buffer is not None:
+            async_resume.compact_buffer(self.files, self.buffer, self._taken_entries)
 
     def stop_rollouts(self) -> None:
         """Stop the producer, saying what it had sampled that no step trains (idempotent)."""

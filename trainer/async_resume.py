@@ -4,13 +4,17 @@ keeps of the rollout buffer and the episodes in flight, and how ``--resume`` tak
 **The run directory is the buffer.** Every episode the producer finishes is appended (fsynced) to
 ``RUN/rollouts/buffer/entries.jsonl`` before it counts as finished, under a key of its own
 (``EPISODE_ID@TOKEN``, the token one per process: an episode reissued after a resume is another
-entry). The file is append-only; a checkpoint names entries of it, never copies them.
+entry). A checkpoint names entries of it, never copies them.
 
 **The checkpoint** (``CHECKPOINT/async.json``, :meth:`~envhub.trainer.async_rollouts.AsyncRollouts.snapshot`,
 taken after the step's update, when no batch is taken and untrained): ``next_group``, the next group
 of the task order the producer would plan, and ``groups``, every group started and not taken --
 finished (in the buffer) or not (in flight) -- with its planned episode ids and, for each finished
 episode, its entry. The data cursor (``state.json``) counts the groups the steps took, as in sync.
+
+**The buffer stays small** (:func:`compact_buffer`): after each checkpoint, the entries no checkpoint
+on disk names and no later step can take are removed (the trained ones are in ``rollouts/step-N/``),
+so the file holds about ``keep_checkpoints`` steps' episodes and the groups in flight, not the run's.
 
 **Resume** (:func:`resume_groups`): the groups of the latest checkpoint come back with the records of
 their finished episodes read from the buffer. A finished group every sample of which lags more than
@@ -118,6 +122,27 @@ def resume_groups(files: TrainingRun, checkpoint: Path | None, *, step: int, cur
             for row in out.dropped:
                 log.append(row)
     return out
+
+
+def compact_buffer(files: TrainingRun, buffer: BufferLog, taken: list[tuple[int, list[str]]]) -> int:
+    """After a checkpoint is published (and old ones pruned): remove from the buffer every entry no
+    checkpoint on disk can take up again -- one that no checkpoint's ``async.json`` names and that was
+    either written by an earlier process (its groups were trained, or are planned again after the
+    checkpoint) or taken by a step no later than the oldest checkpoint (``taken``: (step, entries) of
+    this process's steps; those at or before it are removed from the list). Trained episodes stay in
+    ``rollouts/step-N/``. Returns how many entries went."""
+    checkpoints = [c for c in files.checkpoints_dir.glob("step-*") if (c / "state.json").is_file()]
+    if not checkpoints:
+        return 0
+    oldest = min(int(json.loads((c / "state.json").read_text(encoding="utf-8"))["step"]) for c in checkpoints)
+    named = {e for c in checkpoints for g in read_snapshot(c, cursor=0)["groups"] for e in g["finished"].values()}
+    done = {e for step, entries in taken if step <= oldest for e in entries}
+    taken[:] = [(step, entries) for step, entries in taken if step > oldest]
+
+    def drop(entry: str) -> bool:
+        return entry not in named and (not entry.endswith(f"@{buffer.token}") or entry in done)
+
+    return buffer.store.rewrite(drop)
 
 
 def _entries(path: Path, wanted: set[str]) -> dict[str, TrajectoryRecord]:

@@ -75,6 +75,7 @@ class Taken:
     rollout_idle_s: float  # admission closed with a worker free, and the engine's weight swaps
     interval_s: float  # since the previous take (or the start)
     buffer_waits: list[float] = field(default_factory=list)  # per record: seconds since it finished
+    entries: list[str] = field(default_factory=list)  # the buffer entries of its episodes
 
 
 @dataclass
@@ -199,7 +200,8 @@ class AsyncRollouts:
                 if self._closed.is_set() or not self._thread.is_alive():
                     raise RolloutsFailed("the rollout producer is not running")
                 self._cond.wait(POLL_S)
-            groups = [self._ready.popleft().records() for _ in range(self.batch)]
+            whole = [self._ready.popleft() for _ in range(self.batch)]
+            groups = [g.records() for g in whole]
             self._taken += self.batch
             now, wall = time.monotonic(), time.time()
             idle = self._idle_s
@@ -207,7 +209,8 @@ class AsyncRollouts:
                 idle, self._gate_since = idle + now - self._gate_since, now
             swap = self._engine_swap_s()
             taken = Taken([r for g in groups for r in g], wait_s=now - t0, queue_groups=len(self._ready),
-                          rollout_idle_s=idle + swap - self._swap_s, interval_s=now - self._since)
+                          rollout_idle_s=idle + swap - self._swap_s, interval_s=now - self._since,
+                          entries=[e for g in whole for e in g.entries.values()])
             self._idle_s, self._since, self._swap_s = 0.0, now, swap
             self._cond.notify_all()
         taken.buffer_waits = [wall - r.metrics.finished_at for r in taken.records

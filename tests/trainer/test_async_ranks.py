@@ -133,10 +133,12 @@ def test_two_ranks_share_one_buffer_train_the_same_steps_and_resume(tmp_path, sc
 
     # each step's batch: whole groups, split between the ranks, no sample on two ranks and none lost
     seen_groups: set[str] = set()
+    trained_records: list[dict] = []
     for line in lines:
         folder = run / "rollouts" / f"step-{line['step']:06d}"
         assert sorted(p.name for p in folder.iterdir()) == ["trajectories.rank0.jsonl", "trajectories.rank1.jsonl"]
         shares = [_rows(folder / f"trajectories.rank{r}.jsonl") for r in (0, 1)]
+        trained_records += shares[0] + shares[1]
         ids = [{rec["episode_id"] for rec in share} for share in shares]
         assert all(len(i) == len(s) for i, s in zip(ids, shares, strict=True))
         assert not ids[0] & ids[1], "a sample on two ranks"
@@ -159,19 +161,24 @@ def test_two_ranks_share_one_buffer_train_the_same_steps_and_resume(tmp_path, sc
         dropped = sum(1 for e, lag in lags.items() if lag > STALENESS)
         assert line["async_stale_dropped"] <= dropped
 
-    # one buffer per run: one writer, each episode once, and admission over the run's groups
+    # one buffer per run: one writer, each episode once, and admission over the run's groups. The buffer
+    # is compacted after each checkpoint (what no checkpoint names goes; the trained are in the step dirs),
+    # so what was sampled is the step dirs' records and the buffer's, an episode in both the same record.
     entries = _rows(run / "rollouts" / "buffer" / "entries.jsonl")
     assert len({row["entry"].rsplit("@", 1)[1] for row in entries}) == 1, "more than one process wrote the buffer"
-    episodes = [row["record"]["episode_id"] for row in entries]
-    assert len(episodes) == len(set(episodes)), "an episode sampled twice"
-    assert all(e in set(episodes) for line in lines for e in line["trained_episodes"])
+    assert 0 < len(entries) < len(trained_records), "the buffer was not compacted"
+    sampled = {rec["episode_id"]: rec for rec in trained_records}
+    for row in entries:
+        record = row["record"]
+        assert sampled.setdefault(record["episode_id"], record) == record, "an episode sampled twice"
+    assert all(e in sampled for line in lines for e in line["trained_episodes"])
     order = TaskOrder(TASKS, env_id="test/FirstLetter-v0", seed=0, group_size=GROUP_SIZE,
                       dist=fsdp.DistInfo(0, 1, 0, torch.device("cpu"), None))
     index = {order.plans(j, 1)[0].group_id: j for j in range(8 * GROUPS * STEPS)}
-    started = {index[row["record"]["group_id"]] for row in entries}
+    started = {index[record["group_id"]] for record in sampled.values()}
     assert len(started) <= (STALENESS + STEPS + 1) * GROUPS
-    for row in entries:
-        j, first = index[row["record"]["group_id"]], _first_version(row["record"])
+    for record in sampled.values():
+        j, first = index[record["group_id"]], _first_version(record)
         gate = max(j // GROUPS - STALENESS, 0)  # steps trained before group j may start
         assert first is None or first >= versions[gate], (j, first, versions)
     assert {index[g] for g in seen_groups} <= started
@@ -197,9 +204,14 @@ def test_two_ranks_share_one_buffer_train_the_same_steps_and_resume(tmp_path, sc
     dropped = {row["group"] for row in _rows(run / "rollouts" / "buffer" / "dropped.jsonl")}
     assert all(order.plans(g["index"], 1)[0].group_id in trained_groups or g["index"] in dropped for g in pending)
     entries = _rows(run / "rollouts" / "buffer" / "entries.jsonl")
-    assert len({row["entry"].rsplit("@", 1)[1] for row in entries}) == 2  # one writer per launch: rank 0
-    episodes = [row["record"]["episode_id"] for row in entries]
-    assert len(episodes) == len(set(episodes)), "a finished episode sampled again after the resume"
+    assert len({row["entry"].rsplit("@", 1)[1] for row in entries}) <= 2  # one writer per launch: rank 0
+    for step in (STEPS + 1, STEPS + 2):
+        folder = run / "rollouts" / f"step-{step:06d}"
+        trained_records += [rec for r in (0, 1) for rec in _rows(folder / f"trajectories.rank{r}.jsonl")]
+    sampled = {}
+    for record in [*trained_records, *(row["record"] for row in entries)]:
+        assert sampled.setdefault(record["episode_id"], record) == record, \
+            "a finished episode sampled again after the resume"
 
 
 if __name__ == "__main__":

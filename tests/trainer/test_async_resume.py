@@ -95,14 +95,15 @@ class _MidGeneration:
     """Once step 2's checkpoint is out, two more episodes finished: the producer is sampling."""
 
     def __init__(self) -> None:
-        self.seen: int | None = None
+        self.seen: set[str] | None = None
 
     def __call__(self, run: Path) -> bool:
         if _latest_async(run) is None:
             return False
-        count = len(_lines(run / "rollouts" / "buffer" / "entries.jsonl"))
-        self.seen = count if self.seen is None else self.seen
-        return count >= self.seen + 2
+        # keys, not a count: the buffer is compacted after each checkpoint (entries go, none come back)
+        keys = {json.loads(line)["entry"] for line in _lines(run / "rollouts" / "buffer" / "entries.jsonl")}
+        self.seen = keys if self.seen is None else self.seen
+        return len(keys - self.seen) >= 2
 
 
 def _full_buffer(run: Path) -> bool:
@@ -213,6 +214,36 @@ def test_a_killed_async_run_resumes_exactly(tmp_path, scratch_model, uninterrupt
 
 
 # ---- the producer takes up a checkpoint's groups -----------------------------------------------------
+
+def _buffer_keys(run: Path) -> list[str]:
+    return [json.loads(line)["entry"] for line in _lines(run / "rollouts" / "buffer" / "entries.jsonl")]
+
+
+def _named(checkpoint: Path) -> set[str]:
+    saved = json.loads((checkpoint / ASYNC_FILE).read_text())
+    return {e for g in saved["groups"] for e in g["finished"].values()}
+
+
+@pytest.mark.slow
+def test_the_buffer_keeps_only_what_a_checkpoint_can_take_up(tmp_path, scratch_model):
+    """A checkpoint every step, one kept: after each, the buffer drops what no checkpoint names (the
+    trained episodes are in ``rollouts/step-N/``), so it holds the final checkpoint's groups, not the
+    run's -- and a resume, which reads it, takes them up and trains on exactly."""
+    config, run = _config(tmp_path, scratch_model, "run"), tmp_path / "run"
+    settings = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**settings, "checkpoint_every": 1, "keep_checkpoints": 1}))
+    _train(config)
+    final = run / "checkpoints" / f"step-{STEPS:06d}"
+    keys = _buffer_keys(run)
+    assert len(keys) == len(set(keys)) and set(keys) == _named(final)
+    trained = sum(len(_records(run, step)) for step in range(1, STEPS + 1))
+    assert trained == STEPS * 8 and len(keys) < trained
+    config.write_text(yaml.safe_dump({**settings, "checkpoint_every": 1, "keep_checkpoints": 1, "steps": STEPS + 2}))
+    said = _train(config, "--resume")
+    assert "async resume: " in said, said
+    assert [line["step"] for line in steps_of(run)] == list(range(1, STEPS + 3))
+    assert set(_buffer_keys(run)) == _named(run / "checkpoints" / f"step-{STEPS + 2:06d}")
+
 
 def _sampled(collector, plan, buffer):
     """A producer of groups of one per step that trained one step and has a finished group in its
