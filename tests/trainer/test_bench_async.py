@@ -73,6 +73,10 @@ def test_the_smallest_bench_trains_the_same_samples_in_both_modes(tmp_path):
         assert "target" not in row  # the target is for a latency of 1 s or more
     lines = done.stdout.splitlines()
     assert lines[0].startswith("envhub bench async: model tiny, 2 steps x 2 groups x 4 samples")
+    assert "importance weights normalized: group" in lines[0] and result["settings"]["normalize"] == "group"
+    for mode in ("sync", "async"):  # both modes trained with the group-normalized weights
+        child = json.loads((tmp_path / "work" / "latency-0.2" / f"{mode}-1.out.json").read_text())
+        assert all(step["is_group_tilt"] is not None for step in child["steps"]), mode
     table = [line.split() for line in lines if line.strip().split()[:1] in (["0s"], ["0.2s"])]
     assert [(row[0], row[1]) for row in table] == [("0s", "sync"), ("0s", "async"), ("0.2s", "sync"),
                                                     ("0.2s", "async")]
