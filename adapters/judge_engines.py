@@ -22,7 +22,6 @@ refuses every request (401, 403, 404: its configuration), raises :class:`~envhub
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from envhub.errors import ContextOverflowError, EngineError
@@ -176,7 +175,7 @@ def sglang_judge(target: str, **options: Any) -> TokenJudgeEngine:
     from transformers import AutoTokenizer
 
     from envhub.adapters.engines.factory import make_engine
-    from envhub.adapters.engines.models import KNOWN_MODELS, resolve_model
+    from envhub.adapters.engines.models import resolve_tokenizer_dir
 
     tokenizer = options.pop("tokenizer", None)
     engine = make_engine(f"sglang:{target}", **options)
@@ -185,7 +184,7 @@ def sglang_judge(target: str, **options: Any) -> TokenJudgeEngine:
         tokenizer = info.get("tokenizer_path") or info.get("model_path")
         if not tokenizer:
             raise ValueError("sglang judge: the server does not report its tokenizer path; pass tokenizer=DIR")
-    tokenizer_dir = resolve_model(str(tokenizer)) if str(tokenizer) in KNOWN_MODELS else Path(str(tokenizer))
+    tokenizer_dir = resolve_tokenizer_dir(str(tokenizer))
     return TokenJudgeEngine(engine, AutoTokenizer.from_pretrained(str(tokenizer_dir)), model=f"sglang:{target}",
                             weights=weights_sha256(tokenizer_dir))
 

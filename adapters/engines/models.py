@@ -296,6 +296,19 @@ def prepare_tokenizer(name: str = "smollm2-135m") -> Path:
     return final
 
 
+def resolve_tokenizer_dir(target: str) -> Path:
+    """A known model's dir (prepared on first use), or a local dir holding a tokenizer -- a model dir,
+    or a tokenizer-only one (what a remote engine's policy or judge needs here)."""
+    target = target.removeprefix("hf:").split("?", 1)[0]
+    if target in KNOWN_MODELS:
+        return resolve_model(target)
+    path = Path(target).expanduser()
+    if any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        return path
+    raise ModelNotAvailableError(f"{target!r} is neither a known model ({', '.join(KNOWN_MODELS)}) nor a local "
+                                 "dir with a tokenizer (tokenizer.json or tokenizer_config.json)")
+
+
 def resolve_model(target: str, *, prepare: bool = True) -> Path:
     """``smollm2-135m`` (prepared on first use) or a path to a local Hugging Face model dir.
 

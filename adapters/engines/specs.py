@@ -108,9 +108,9 @@ def _sglang_policy(url: str, params: SamplingParams, engine: Engine | None, max_
         tokenizer_path = info.get("tokenizer_path") or info.get("model_path")
         if not tokenizer_path:
             raise ValueError("sglang: the server does not report its tokenizer path; pass ?tokenizer=DIR")
-    from envhub.adapters.engines.models import resolve_model
+    from envhub.adapters.engines.models import resolve_tokenizer_dir
 
-    tokenizer_dir = resolve_model(str(tokenizer_path))
+    tokenizer_dir = resolve_tokenizer_dir(str(tokenizer_path))
     return ModelPolicy(engine, _load_tokenizer(tokenizer_dir), params=params, max_context=max_context,
                        name=f"sglang:{url}", model_id=url, tokenizer_id=str(tokenizer_dir), chat_format=chat_format)
 

@@ -169,6 +169,25 @@ def test_a_context_length_error_ends_the_episode_as_context_overflow(server, tmp
     assert report["by_outcome"].get("context_overflow") == 1 and report["by_class"]["infra_failure"] == 0
 
 
+def test_a_tokenizer_only_dir_is_enough_for_a_policy_and_a_dir_without_one_is_refused(server, tmp_path):
+    import shutil
+
+    from envhub.adapters.engines.models import ModelNotAvailableError
+    from envhub.adapters.engines.tiny import build_tiny_model
+    from envhub.policies import make_policy
+
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    for path in build_tiny_model().iterdir():
+        if path.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template")):
+            shutil.copy(path, tokenizer / path.name)
+    assert not (tokenizer / "config.json").exists() and not list(tokenizer.glob("*.safetensors"))
+    policy = make_policy(f"sglang:{server.url}?tokenizer={tokenizer}&max_new_tokens=8")
+    assert policy.tokenizer.encode("hello") and policy.tokenizer_id == str(tokenizer)
+    with pytest.raises(ModelNotAvailableError, match="nor a local dir with a tokenizer"):
+        make_policy(f"sglang:{server.url}?tokenizer={tmp_path / 'empty'}&max_new_tokens=8")
+
+
 def test_truncated_sampling_warns_once_about_logprobs(server):
     import warnings
 
