@@ -32,8 +32,8 @@ The network of each phase is Harbor's (:meth:`.task_dir.TaskConfig.network_polic
 ``no-network``, or ``allowlist`` -- HTTP(S) through an egress proxy to ``allowed_hosts`` only
 (:mod:`.egress`).
 
-Not supported yet: ``storage_mb`` and ``gpus`` (not enforced),
-multi-container tasks (``docker-compose.yaml``: refused when the task is read), healthchecks, MCP servers, ``${VAR}`` templates
+Not supported yet: ``storage_mb`` (not enforced), ``gpus`` and
+multi-container tasks (``docker-compose.yaml``) (both refused when the task is read), healthchecks, MCP servers, ``${VAR}`` templates
 in ``env`` tables (passed literally), and pulling a ``docker_image`` (only local images are used).
 """
 

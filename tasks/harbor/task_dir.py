@@ -183,6 +183,9 @@ class HarborTask:
         if compose:  # its services would be missing: the agent would be blamed for what we did not run
             raise ValueError(f"harbor task {name!r} ({path}) is a multi-container task (environment/{compose[0]}), "
                              "which the harbor bridge does not run")
+        if config.environment.gpus > 0:  # its tests would fail for want of a device, and the agent be blamed
+            raise ValueError(f"harbor task {name!r} ({path}) asks for {config.environment.gpus} GPU(s) "
+                             "([environment] gpus), which the harbor bridge does not give a container")
         return cls(task_id=name, path=path, config=config, instruction=instruction)
 
 

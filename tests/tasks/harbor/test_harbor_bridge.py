@@ -106,6 +106,11 @@ def test_a_set_splits_by_a_stable_hash_and_one_dir_is_train(tmp_path):
     (compose / "environment" / "docker-compose.yaml").write_text("services:\n  main:\n    build: .\n")
     with pytest.raises(ValueError, match=r"multi-container task \(environment/docker-compose\.yaml\)"):
         HarborTasks(compose)  # refused, not run without its services (the agent would be blamed)
+    gpu = tmp_path / "gpu"
+    shutil.copytree(TASKS / "hello", gpu)
+    (gpu / "task.toml").write_text((gpu / "task.toml").read_text().replace("[environment]", "[environment]\ngpus = 1"))
+    with pytest.raises(ValueError, match=r"asks for 1 GPU\(s\) \(\[environment\] gpus\)"):
+        HarborTasks(gpu)  # refused, not run without the device its tests need
 
 
 @pytest.mark.parametrize(("name", "raw", "expected"), [
