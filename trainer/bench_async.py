@@ -71,9 +71,8 @@ class AsyncBenchSettings:
     lr: float = 0.03
     threads: int = 1
     seed: int = 0
-    #: ``algorithm.mismatch.normalize`` of both modes: ``group``, the decoupled weights never tilt a group's
-    #: advantages (without it, one async run in ~8 reached the knee after step 24; see docs/training.md)
-    normalize: str = "group"
+    #: ``algorithm.mismatch.normalize`` of both modes (``group`` measured no better here; see docs/training.md)
+    normalize: str = "none"
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be >= {low}, got {getattr(self, name)}" for name, low in (

@@ -48,7 +48,8 @@ def test_the_smallest_bench_trains_the_same_samples_in_both_modes(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-m", "envhub.cli", "bench", "async", "--rounds", "1", "--steps", "2", "--latency", "0",
-         "--latency", "0.2", "--groups-per-step", "2", "--group-size", "4", "--eval-episodes", "4", "--out", str(out),
+         "--latency", "0.2", "--groups-per-step", "2", "--group-size", "4", "--eval-episodes", "4", "--normalize", "group",
+         "--out", str(out),
          "--work-dir", str(tmp_path / "work")],
         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
@@ -74,7 +75,7 @@ def test_the_smallest_bench_trains_the_same_samples_in_both_modes(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("envhub bench async: model tiny, 2 steps x 2 groups x 4 samples")
     assert "importance weights normalized: group" in lines[0] and result["settings"]["normalize"] == "group"
-    for mode in ("sync", "async"):  # both modes trained with the group-normalized weights
+    for mode in ("sync", "async"):  # both modes trained with the group-normalized weights (--normalize group)
         child = json.loads((tmp_path / "work" / "latency-0.2" / f"{mode}-1.out.json").read_text())
         assert all(step["is_group_tilt"] is not None for step in child["steps"]), mode
     table = [line.split() for line in lines if line.strip().split()[:1] in (["0s"], ["0.2s"])]
