@@ -8,7 +8,8 @@ the old policy on both sides; every sample is trained (``drop_zero_variance: fal
 stale sample for the correction, ``stale_samples: reweight``, instead of dropping it), so both train
 ``steps x groups_per_step x group_size`` samples. Each mode runs in its own subprocess, ``--rounds``
 times per latency, the order alternating (sync first in odd rounds), so a machine that speeds up or
-slows down weighs on both alike. Per run, timed from outside around ``train_step`` only:
+slows down weighs on both alike; round ``k`` runs both modes with seed ``--seed + k - 1`` (a synchronous
+run is one learning curve per seed: one seed for every round would hide its spread). Per run, timed from outside around ``train_step`` only:
 
 * **trained samples per hour**: samples trained over the seconds of the steps (the model load, the
   producer's shutdown and the validation are not in it);
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -216,13 +217,16 @@ def bench_latency(s: AsyncBenchSettings, latency: float, model: Path, work: Path
         runs = {}
         for mode in order:
             config = here / f"{mode}-{number}.json"
-            config.write_text(json.dumps(trainer_config(s, mode, latency, model, here / f"{mode}-run-{number}")),
+            # each round its own seed, the same for both modes: a synchronous run is one curve per seed, so
+            # with one seed for every round its spread would never show beside async's (whose timing varies)
+            seeded = replace(s, seed=s.seed + number - 1)
+            config.write_text(json.dumps(trainer_config(seeded, mode, latency, model, here / f"{mode}-run-{number}")),
                               encoding="utf-8")
             out = here / f"{mode}-{number}.out.json"
             argv = [sys.executable, "-m", "envhub.trainer.bench_async", "_child", str(config), str(out)]
             run_child(argv, child_env(s.threads), here / f"{mode}-{number}.log")
             runs[mode] = run_figures(json.loads(out.read_text(encoding="utf-8")))
-        rounds.append({"round": number, "order": list(order), **runs,
+        rounds.append({"round": number, "seed": s.seed + number - 1, "order": list(order), **runs,
                        "speedup": runs["async"]["samples_per_hour"] / runs["sync"]["samples_per_hour"]})
     result: dict[str, Any] = {"latency_s": latency, **{mode: pooled([r[mode] for r in rounds]) for mode in MODES},
                               "speedup": spread([r["speedup"] for r in rounds]), "rounds": rounds}
@@ -270,7 +274,7 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     lines = [f"envhub bench async: model {s['model']}, {s['steps']} steps x {s['groups_per_step']} groups x "
              f"{s['group_size']} samples ({result['samples_per_run']} trained samples a run), max_staleness "
              f"{s['max_staleness']}, importance weights normalized: {s.get('normalize', 'none')}, {s['rounds']} rounds "
-             f"(order alternating), {s['threads']} torch thread(s), "
+             f"(order alternating, seeds {s['seed']}-{s['seed'] + s['rounds'] - 1}), {s['threads']} torch thread(s), "
              f"{result['machine']['cpus']} CPUs; medians [min, max] over the rounds",
              f"{'latency':>8} {'mode':>5} {'samples/h':>24} {'trainer idle':>20} {'lag':>16} "
              f"{'val strict':>11} {'trained':>8}"]

@@ -47,7 +47,7 @@ def test_bad_options_are_one_line():
 def test_the_smallest_bench_trains_the_same_samples_in_both_modes(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "-m", "envhub.cli", "bench", "async", "--rounds", "1", "--steps", "2", "--latency", "0",
+        [sys.executable, "-m", "envhub.cli", "bench", "async", "--rounds", "2", "--steps", "2", "--latency", "0",
          "--latency", "0.2", "--groups-per-step", "2", "--group-size", "4", "--eval-episodes", "4", "--normalize", "group",
          "--out", str(out),
          "--work-dir", str(tmp_path / "work")],
@@ -57,16 +57,22 @@ def test_the_smallest_bench_trains_the_same_samples_in_both_modes(tmp_path):
     assert result["samples_per_run"] == 2 * 2 * 4
     assert [row["latency_s"] for row in result["latencies"]] == [0.0, 0.2]
     for row in result["latencies"]:
-        assert [r["order"] for r in row["rounds"]] == [["sync", "async"]]
+        assert [r["order"] for r in row["rounds"]] == [["sync", "async"], ["async", "sync"]]
+        assert [r["seed"] for r in row["rounds"]] == [0, 1]  # each round its seed, both modes the same
+        for number, seed in ((1, 0), (2, 1)):
+            for mode in ("sync", "async"):
+                config = json.loads((tmp_path / "work" / f"latency-{row['latency_s']:g}" / f"{mode}-{number}.json")
+                                    .read_text())
+                assert config["seed"] == seed
         for mode in ("sync", "async"):
             figures = row[mode]
-            assert figures["trained_samples"] == [result["samples_per_run"]], (mode, figures)
-            assert figures["updates"] == [2]
+            assert figures["trained_samples"] == [result["samples_per_run"]] * 2, (mode, figures)
+            assert figures["updates"] == [2, 2]
             for key in ("samples_per_hour", "trainer_idle_ratio", "version_lag_mean"):
-                assert set(figures[key]) == {"median", "min", "max", "values"} and len(figures[key]["values"]) == 1
+                assert set(figures[key]) == {"median", "min", "max", "values"} and len(figures[key]["values"]) == 2
                 assert figures[key]["median"] >= 0
             assert 0 <= figures["trainer_idle_ratio"]["median"] <= 1
-            assert figures["validation"]["episodes"] == 4 and 0 <= figures["validation"]["strict_success"] <= 1
+            assert figures["validation"]["episodes"] == 8 and 0 <= figures["validation"]["strict_success"] <= 1
         assert row["sync"]["version_lag_mean"]["median"] == 0
         assert row["async"]["version_lag_mean"]["max"] <= 1  # max_staleness 1, nothing dropped
         assert row["sync"]["stale_dropped"] == row["async"]["stale_dropped"] == 0
@@ -76,12 +82,12 @@ def test_the_smallest_bench_trains_the_same_samples_in_both_modes(tmp_path):
     assert lines[0].startswith("envhub bench async: model tiny, 2 steps x 2 groups x 4 samples")
     assert "importance weights normalized: group" in lines[0] and result["settings"]["normalize"] == "group"
     for mode in ("sync", "async"):  # both modes trained with the group-normalized weights (--normalize group)
-        child = json.loads((tmp_path / "work" / "latency-0.2" / f"{mode}-1.out.json").read_text())
+        child = json.loads((tmp_path / "work" / "latency-0.2" / f"{mode}-2.out.json").read_text())
         assert all(step["is_group_tilt"] is not None for step in child["steps"]), mode
     table = [line.split() for line in lines if line.strip().split()[:1] in (["0s"], ["0.2s"])]
     assert [(row[0], row[1]) for row in table] == [("0s", "sync"), ("0s", "async"), ("0.2s", "sync"),
                                                     ("0.2s", "async")]
-    assert all(row[-1] == "16" for row in table)  # trained samples, both modes
+    assert all(row[-1] == "32" for row in table)  # trained samples, both modes, two rounds
     verdicts = [line for line in lines if line.startswith("latency ")]
     assert [v.split(":")[0] for v in verdicts] == ["latency 0 s", "latency 0.2 s"]
     for row, line in zip(result["latencies"], verdicts, strict=True):
