@@ -29,21 +29,44 @@ def _pid_alive(pid: str) -> bool:
     return True
 
 
+#: pids of the pytest-xdist workers that have finished (controller only): their containers count as ours.
+_worker_pids: set[str] = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist (controller): a worker is done; remember its pid for the leak check."""
+    pid = getattr(node, "workeroutput", {}).get("envhub_pid")
+    if pid:
+        _worker_pids.add(str(pid))
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """After the whole suite no envhub container may be left -- ours, or one whose owner died."""
+    """After the whole suite no envhub container may be left -- ours, or one whose owner died.
+
+    Under pytest-xdist each worker only closes its own sandboxes (the other worker may still be
+    running tests, its containers alive, and a test's deliberately orphaned container is transient);
+    the controller, whose session ends after every worker's, then checks the containers of all
+    the workers and of every dead owner."""
     from sandbox_fixtures import backend_problem
 
     from envhub.sandboxes import close_all
 
     close_all()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller checks once every worker is done
+        workeroutput["envhub_pid"] = os.getpid()
+        return
     if backend_problem("docker") is not None:
         return
     from envhub.sandboxes.docker_backend import owned_containers
     from envhub.sandboxes.dockerapi import LABEL_PID
 
+    ours = {str(os.getpid())} | _worker_pids
+
     def leaked() -> list[str]:
         return [c.id[:12] for c in owned_containers()
-                if c.labels.get(LABEL_PID) == str(os.getpid()) or not _pid_alive(c.labels.get(LABEL_PID, ""))]
+                if c.labels.get(LABEL_PID) in ours or not _pid_alive(c.labels.get(LABEL_PID, ""))]
 
     deadline = time.monotonic() + 15  # a server subprocess that just exited may still be removing its own
     while leaked() and time.monotonic() < deadline:

@@ -292,7 +292,8 @@ def rollout(
         if not said:
             said.append(True)
             bar.close("")  # the live bar stops first: the line is not drawn over
-            err.print(interrupted_message(Run(out).trajectories_path, episodes), markup=False, highlight=False)
+            err.print(interrupted_message(Run(out).trajectories_path, episodes), markup=False, highlight=False,
+                      soft_wrap=True)  # a long --out path is never wrapped
 
     try:
         with signals_stop_like_ctrl_c(), bar:
