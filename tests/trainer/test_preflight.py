@@ -20,6 +20,7 @@ def _problems(tmp_path, model, **sections):
     ({"algorithm": {"clip_low": 1.0}}, "clip_low is 1.0"),
     ({"algorithm": {"clip_low": 0.0, "clip_high": 0.0}}, "clipped to 1 on both sides"),
     ({"algorithm": {"mismatch": {"mode": "decoupled", "weight": "mask", "cap": 0.9}}}, "would be masked"),
+    ({"algorithm": {"mismatch": {"mode": "bypass", "normalize": "group"}}}, "no importance weights to normalize"),
     ({"sampling": {"max_new_tokens": 8}, "rollout": {"max_response_tokens": 4}}, "response budget"),
     ({"algorithm": {"exclude_classes": []}}, "algorithm.train_on_infra: true"),
 ])
