@@ -147,7 +147,12 @@ def old_logprobs(model: torch.nn.Module, mb: MicroBatch, config: TrainConfig, re
     return old, weights, ref, stats
 
 
-def normalize_within_groups(micro: list[list[MicroBatch]], old: list[list[tuple]], stats: StepStats) -> list[list[tuple]]:
+#: What :func:`old_logprobs` gives a micro-batch: old policy logprobs, mismatch weights, reference logprobs, stats.
+OldPolicy = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, dict[str, float]]
+
+
+def normalize_within_groups(micro: list[list[MicroBatch]], old: list[list[OldPolicy]],
+                            stats: StepStats) -> list[list[OldPolicy]]:
     """The step's decoupled weights self-normalized per GRPO group, over all its micro-batches (a group's
     members may sit in several; every rank holds whole groups): each row's token weights times its
     group's factor, and ``mb.advantages`` re-centred in place (:func:`grpo.group_normalized_weights`)."""
