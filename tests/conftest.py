@@ -1,11 +1,17 @@
 """Shared pytest configuration: nothing here may hide a failure or skip a test that should run."""
 
 import os
+import signal
 import time
 
 import pytest
 
 os.environ.setdefault("ENVHUB_TESTING", "1")
+
+# A suite started in the background of a shell without job control (`cmd &`, nohup) inherits SIGINT
+# ignored, and so would every process a test starts: tests that interrupt one would wait forever.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="module")
