@@ -213,7 +213,7 @@ def group_normalized_weights(sequence_weights: Tensor, advantages: Tensor, group
     A_i = (r_i - mean_g r) / std_g this is the self-normalized importance-sampling estimate with the
     weighted mean reward as the baseline, A'_i = (r_i - sum w r / sum w) / std_g. A group whose weights
     are all 0 (``mask`` weights over the cap) keeps s = 1 and A. Returns (s [N], A' [N], stats):
-    is_group_tilt = mean over groups of |c_g|.
+    is_group_tilt = mean of |c_g| over the groups with a nonzero advantage (zero-variance ones have none).
     """
     inverse, n_groups = _group_ids(group_index)
     dtype = torch.promote_types(torch.promote_types(sequence_weights.dtype, advantages.dtype), torch.float32)
@@ -225,7 +225,9 @@ def group_normalized_weights(sequence_weights: Tensor, advantages: Tensor, group
     scale = torch.where(alive, 1.0 / torch.where(alive, mean, 1.0), 1.0)
     tilt = zeros.index_add(0, inverse, w * scale[inverse] * a) / count.clamp(min=1)
     tilt = torch.where(alive, tilt, 0.0)
-    stats = _floats(is_group_tilt=tilt.abs().mean() if n_groups else 0.0)
+    # over the groups with a signal only: a zero-variance group (all A = 0) has no tilt to remove
+    informative = zeros.index_add(0, inverse, a.abs()) > 0
+    stats = _floats(is_group_tilt=tilt.abs()[informative].mean() if bool(informative.any()) else 0.0)
     return scale[inverse], a - tilt[inverse], stats
 
 

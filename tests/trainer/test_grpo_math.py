@@ -166,6 +166,10 @@ def test_group_normalized_weights_rescale_but_never_tilt():
     close(scale, [1, 1, 1, 1, 1 / 1.5, 1 / 1.5, 1, 1])
     close(centred, [1.5, 1.5, -0.5, -0.5, 0.7 + 0.7 / 3, -0.7 + 0.7 / 3, 1.0, -1.0])
     assert stats["is_group_tilt"] == pytest.approx((0.5 + 0.7 / 3 + 0) / 3)
+    # a zero-variance group (all A = 0) adds nothing to the mean tilt
+    with_flat = group_normalized_weights(torch.cat([w, t(0.5, 2.0)]), torch.cat([a, t(0.0, 0.0)]),
+                                         torch.cat([group, torch.tensor([4, 4])]))[2]
+    assert with_flat["is_group_tilt"] == pytest.approx(stats["is_group_tilt"])
     for g in (5, 9):
         on = group == g
         assert float((w[on] * scale[on] * centred[on]).sum()) == pytest.approx(0.0, abs=1e-6)
